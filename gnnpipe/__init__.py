@@ -1,0 +1,15 @@
+"""gnnpipe: distributed full-graph training of deep graph neural networks.
+
+Graph parallelism, GNNPipe pipelined model parallelism (arXiv 2308.10087) and the
+hybrid of both, on CPU ranks (Gloo or MPI) or GPUs (NCCL).
+"""
+
+__version__ = "0.1.0"
+
+
+class GnnpipeError(Exception):
+    """An error caused by the user's input (file, flag, field), not by a bug.
+
+    CLIs print these as one line and exit non-zero; anything else is a bug and keeps its
+    traceback.
+    """
