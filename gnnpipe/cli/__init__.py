@@ -1,0 +1,38 @@
+"""Command-line entry points (floor 5). Shared error handling for every CLI.
+
+User errors (:class:`gnnpipe.GnnpipeError`, missing files) print one line on stderr and
+exit with status 2; ``--debug`` (or ``GNNPIPE_DEBUG=1``) keeps the traceback. Ctrl-C exits
+130 without a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Callable, Sequence
+
+from gnnpipe import GnnpipeError
+
+
+def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None, prog: str = "gnnpipe") -> int:
+    """Run ``main(argv)``, turning user errors into one-line messages and exit codes."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("GNNPIPE_DEBUG") == "1"
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        rc = main(args)
+        return int(rc or 0)
+    except GnnpipeError as e:
+        if debug:
+            raise
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
