@@ -103,12 +103,15 @@ def _sample_unique_edges(
     n = num_nodes
     keys = np.empty(0, dtype=np.int64)
     yield_rate = 1.0  # distinct new edges per candidate, re-estimated every round
+    barren = 0  # consecutive rounds that found nothing new
     for _ in range(_MAX_ROUNDS):
         deficit = target - keys.size
         if deficit <= 0:
             break
-        # Over-ask slightly so one round usually suffices; later rounds mop up.
+        # Over-ask slightly so one round usually suffices; later rounds mop up. The cap
+        # bounds memory when the last few edges are rare (skewed R-MAT, tiny classes).
         want = int(math.ceil(deficit / max(yield_rate, 1e-3) * 1.02)) + 16
+        want = min(want, 4 * target + (1 << 16))
         parts = []
         for start in range(0, want, _EDGE_BLOCK):
             m = min(_EDGE_BLOCK, want - start)
@@ -137,7 +140,13 @@ def _sample_unique_edges(
         del merged
         gained = keys.size - before
         if gained <= 0:
-            break
+            # Nearly saturated, or rare edges: ask for more before giving up.
+            barren += 1
+            if barren >= 3:
+                break
+            yield_rate /= 8
+            continue
+        barren = 0
         yield_rate = gained / want
     if keys.size > target:
         drop = rng.choice(keys.size, size=keys.size - target, replace=False)
