@@ -1,0 +1,173 @@
+"""Predicted communication volume per epoch: the paper's formulas and our executors'.
+
+Pure functions of the model shape and of the halo counts of a partition plan; the
+executors' byte counters are tested against them, so every formula here states exactly
+what travels. Every result is in bytes, forward plus backward, per epoch.
+
+Notation (as in GNNPIPE.md §3): ``s`` bytes per value, ``F`` input feature width, ``d``
+hidden width, ``L`` graph (aggregation) layers, ``M_p`` the distinct remote neighbours of
+part ``p`` (``sum_m`` = Σ_p M_p), ``N`` = |V|, ``S`` pipeline stages, ``D`` hybrid ways.
+
+Two graph-parallel formulas live side by side:
+
+* ``paper``: ``V_G = 2·s·Σ_p M_p·(F + (L−1)·d)``: every aggregation layer exchanges its
+  input halo forward and its gradient backward, the first layer F wide, the others d wide.
+* ``ours``: our graph-parallel executor sends the first layer's input halo (the constant
+  input features) once at start-up and never its gradient (features are not trained), so
+  per epoch only the layers whose inputs depend on the weights travel:
+  ``2·s·Σ_p M_p·n_x·d`` with ``n_x = L−1`` for models whose first graph layer reads the raw
+  features (gcn, sage, gat) and ``n_x = L`` for models that start with an input linear
+  layer (gcnii, resgcn+: their first aggregation already reads trained d-wide values).
+  The one-off start-up exchange is ``s·Σ_p M_p·F`` (forward only) for the former and zero
+  for the latter.
+"""
+
+from __future__ import annotations
+
+from gnnpipe import GnnpipeError
+
+#: Models whose first graph layer aggregates the raw input features.
+FEATURE_FIRST_MODELS = ("gcn", "sage", "gat")
+#: Models with an input linear layer F→d before the first aggregation.
+INPUT_LINEAR_MODELS = ("gcnii", "resgcn+")
+MODELS = FEATURE_FIRST_MODELS + INPUT_LINEAR_MODELS
+FORMULAS = ("ours", "paper")
+
+
+def _check_model(model: str) -> str:
+    m = model.lower()
+    if m not in MODELS:
+        raise GnnpipeError(f"model: expected one of {', '.join(MODELS)}, got {model!r}")
+    return m
+
+
+def _check_nonneg(**kw: int) -> None:
+    for k, v in kw.items():
+        if v < 0:
+            raise GnnpipeError(f"{k}: expected a non-negative number, got {v}")
+
+
+def exchanged_layers(model: str, L: int) -> int:
+    """Aggregation layers whose input halo our executor exchanges every epoch.
+
+    Args:
+        model: one of :data:`MODELS`.
+        L: graph (aggregation) layers.
+
+    Returns:
+        ``L − 1`` for gcn/sage/gat (the first layer reads constant features, sent once),
+        ``L`` for gcnii/resgcn+ (the input linear layer makes every aggregation input
+        trained), never below 0.
+    """
+    m = _check_model(model)
+    _check_nonneg(L=L)
+    return max(L - 1, 0) if m in FEATURE_FIRST_MODELS else L
+
+
+def graph_parallel_bytes(
+    sum_m: int,
+    F: int,
+    L: int,
+    d: int,
+    s: int = 4,
+    model: str = "gcn",
+    formula: str = "ours",
+    include_startup: bool = False,
+) -> int:
+    """Bytes per epoch that graph parallelism moves in halo exchanges (both directions).
+
+    Args:
+        sum_m: Σ_p M_p, distinct remote neighbours summed over parts.
+        F: input feature width.
+        L: graph layers.
+        d: hidden width.
+        s: bytes per value (4 for float32).
+        model: gcn, sage, gat, gcnii or resgcn+ (only ``formula="ours"`` depends on it).
+        formula: ``"paper"`` for ``2·s·ΣM·(F + (L−1)·d)``, ``"ours"`` for
+            ``2·s·ΣM·n_x·d`` with ``n_x`` from :func:`exchanged_layers`.
+        include_startup: with ``"ours"``, add the one-off start-up exchange of the input
+            feature halo (``s·ΣM·F`` for gcn/sage/gat), e.g. to count a one-epoch run.
+
+    Returns:
+        int bytes. The weight all-reduce is not included.
+    """
+    _check_nonneg(sum_m=sum_m, F=F, L=L, d=d, s=s)
+    if formula == "paper":
+        _check_model(model)
+        if L == 0:
+            return 0
+        return 2 * s * sum_m * (F + (L - 1) * d)
+    if formula != "ours":
+        raise GnnpipeError(f"formula: expected one of {', '.join(FORMULAS)}, got {formula!r}")
+    per_epoch = 2 * s * sum_m * exchanged_layers(model, L) * d
+    if include_startup:
+        per_epoch += startup_bytes(sum_m, F, L, s=s, model=model)
+    return per_epoch
+
+
+def startup_bytes(sum_m: int, F: int, L: int, s: int = 4, model: str = "gcn") -> int:
+    """One-off bytes our graph-parallel executor sends before the first epoch.
+
+    The input-feature halo (forward only: features get no gradient) for models whose first
+    graph layer reads the raw features; zero for models with an input linear layer or
+    ``L = 0``.
+    """
+    m = _check_model(model)
+    _check_nonneg(sum_m=sum_m, F=F, L=L, s=s)
+    return s * sum_m * F if (m in FEATURE_FIRST_MODELS and L > 0) else 0
+
+
+def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False) -> int:
+    """Bytes per epoch that a pure pipeline moves between consecutive stages.
+
+    Every vertex's d-wide activation crosses each of the ``S − 1`` stage boundaries once
+    forward and its gradient once backward: ``V_P = 2·s·(S−1)·N·d``, independent of depth.
+    Models with a cross-layer tensor (GCNII's initial residual ``h0``) forward it too,
+    which doubles the volume (``h0=True``).
+
+    Args:
+        N: vertices.
+        d: hidden width (the width at stage boundaries).
+        S: stages.
+        s: bytes per value.
+        h0: whether ``h0`` travels beside the activations.
+    """
+    _check_nonneg(N=N, d=d, s=s)
+    if S < 1:
+        raise GnnpipeError(f"stages: expected at least 1, got {S}")
+    return 2 * s * (S - 1) * N * d * (2 if h0 else 1)
+
+
+def hybrid_bytes(
+    N: int,
+    sum_m_ways: int,
+    F: int,
+    L: int,
+    d: int,
+    S: int,
+    D: int,
+    s: int = 4,
+    model: str = "gcn",
+    h0: bool = False,
+    formula: str = "ours",
+) -> int:
+    """Bytes per epoch of the hybrid: ``D`` pipelines of ``S`` stages, halos between ways.
+
+    Each way pipelines its own vertices, so the stage-boundary traffic sums to
+    :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways the boundary
+    vertices are exchanged at every aggregation layer as in graph parallelism, with
+    Σ M over the ways' partition (``sum_m_ways``), whichever stage runs the layer. The
+    weight all-reduce across ways is not included. ``D = 1`` is the pure pipeline.
+
+    Args:
+        N: vertices.
+        sum_m_ways: Σ over ways of distinct remote neighbours of each way's vertices.
+        F, L, d, s, model, formula: as in :func:`graph_parallel_bytes`.
+        S: stages per way.
+        D: ways.
+        h0: as in :func:`pipeline_bytes`.
+    """
+    if D < 1:
+        raise GnnpipeError(f"ways: expected at least 1, got {D}")
+    halo = graph_parallel_bytes(sum_m_ways, F, L, d, s=s, model=model, formula=formula) if D > 1 else 0
+    return pipeline_bytes(N, d, S, s=s, h0=h0) + halo
