@@ -1,0 +1,224 @@
+"""``gnnpipe-data``: list, prepare, inspect and synthesize datasets.
+
+Usage::
+
+    gnnpipe-data list [--root DIR] [--raw-root DIR]
+    gnnpipe-data prepare NAME [--raw DIR] [--root DIR] [--split K] [--seed S] [--force]
+    gnnpipe-data prepare --all [--raw-root DIR] [--root DIR] [--force]
+    gnnpipe-data info NAME_OR_DIR [--root DIR] [--json] [--verify]
+    gnnpipe-data synth sbm --nodes N --classes C --avg-degree D --homophily H \\
+        --features F --signal S --seed S --out DIR [--force]
+    gnnpipe-data synth rmat --nodes N --edges E [--a --b --c] --classes C --features F \\
+        --seed S --out DIR [--force]
+
+Every subcommand takes ``--debug`` (full traceback on error). User errors print one line
+on stderr and exit 2; nothing is written when a step fails (outputs are renamed into place
+only once complete).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from gnnpipe import GnnpipeError
+from gnnpipe.cli import run_cli
+from gnnpipe.data import catalog
+from gnnpipe.data.graph import META_FILE, Graph, load_graph
+from gnnpipe.data.stats import graph_info
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    cols = list(zip(header, *rows)) if rows else [(h,) for h in header]
+    widths = [max(len(str(c)) for c in col) for col in cols]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+# ---------------------------------------------------------------------------- list
+def cmd_list(args: argparse.Namespace) -> int:
+    root = Path(args.root) if args.root else catalog.default_data_root()
+    raw_root = Path(args.raw_root) if args.raw_root else catalog.default_raw_root()
+    rows = []
+    for c in catalog.list_cards():
+        e = c.expected
+        rows.append([c.name, c.format] + [_fmt(e.get(k)) for k in catalog.COUNT_FIELDS] + [
+            "yes" if (raw_root / c.name).is_dir() else "-",
+            "yes" if (root / c.name / META_FILE).is_file() else "-",
+        ])
+    print(_table(rows, ["name", "format", "nodes", "edges", "features", "classes", "raw", "prepared"]))
+    print(f"\nraw folders: {raw_root}\nprepared under: {root}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- prepare
+def _prepare_one(name: str, raw: Path | None, args: argparse.Namespace) -> Path:
+    out = catalog.prepare(name, raw_dir=raw, root=args.root, split=args.split, force=args.force,
+                          seed=args.seed, progress=sys.stderr.isatty())
+    card = catalog.get_card(name)
+    g = load_graph(out)
+    rows = [[k, _fmt(exp), _fmt(act), "ok" if exp is not None else "(not in card)"]
+            for k, exp, act, _ in catalog.check_counts(card, g)]
+    print(f"{name}: prepared {out}")
+    print(_table(rows, ["count", "card", "loaded", "check"]))
+    return out
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    if args.all:
+        if args.name or args.raw:
+            raise GnnpipeError("prepare --all takes no NAME and no --raw (use --raw-root DIR)")
+        raw_root = Path(args.raw_root) if args.raw_root else catalog.default_raw_root()
+        root = Path(args.root) if args.root else catalog.default_data_root()
+        failed = []
+        todo = [c.name for c in catalog.list_cards() if (raw_root / c.name).is_dir()]
+        if not todo:
+            raise GnnpipeError(f"prepare --all: no raw dataset folder of any card under {raw_root}")
+        for name in todo:
+            if (root / name).exists() and not args.force:
+                print(f"{name}: skipped, {root / name} exists (use --force to replace it)")
+                continue
+            try:
+                _prepare_one(name, raw_root / name, args)
+            except GnnpipeError as e:
+                if args.debug:
+                    raise
+                print(f"gnnpipe-data: error: {e}", file=sys.stderr)
+                failed.append(name)
+        if failed:
+            print(f"gnnpipe-data: {len(failed)} of {len(todo)} failed: {', '.join(failed)}", file=sys.stderr)
+            return 1
+        return 0
+    if not args.name:
+        raise GnnpipeError("prepare: give a dataset NAME or --all")
+    _prepare_one(args.name, Path(args.raw) if args.raw else None, args)
+    return 0
+
+
+# ---------------------------------------------------------------------------- info
+def cmd_info(args: argparse.Namespace) -> int:
+    path = catalog.resolve_dataset(args.dataset, args.root)
+    g = Graph.load(path, verify=args.verify)
+    if args.verify:
+        g.check_symmetric()
+    info = {"path": str(path), **graph_info(g)}
+    if args.verify:
+        info["verified"] = True
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        width = max(len(k) for k in info)
+        for k, v in info.items():
+            print(f"{k.ljust(width)}  {_fmt(v)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- synth
+def cmd_synth(args: argparse.Namespace) -> int:
+    try:
+        from gnnpipe.data import synthetic
+    except ImportError as e:
+        raise GnnpipeError(f"synthetic generators unavailable: {e}") from None
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise GnnpipeError(f"{out}: output directory exists (use --force to replace it)")
+    if args.kind == "sbm":
+        g = synthetic.sbm(num_nodes=args.nodes, num_classes=args.classes, avg_degree=args.avg_degree,
+                          homophily=args.homophily, num_features=args.features, feature_signal=args.signal,
+                          seed=args.seed, train_frac=args.train_frac, val_frac=args.val_frac, name=args.name)
+    else:
+        g = synthetic.rmat(num_nodes=args.nodes, num_edges=args.edges, a=args.a, b=args.b, c=args.c,
+                           num_classes=args.classes, num_features=args.features, seed=args.seed, name=args.name)
+    g.save(out, force=args.force, extra_meta={"generator": args.kind})
+    print(f"{args.kind}: wrote {out} ({g.num_nodes:,} nodes, {g.num_edges:,} directed edges, "
+          f"hash {g.content_hash[:12]})")
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show the full traceback on error")
+    p = argparse.ArgumentParser(prog="gnnpipe-data", description="List, prepare, inspect and synthesize graph datasets.",
+                                parents=[common])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("list", parents=[common], help="the catalogue, with raw and prepared status")
+    s.add_argument("--root", help="data root of prepared graphs (default: $GNNPIPE_DATA_ROOT or <repo>/datasets)")
+    s.add_argument("--raw-root", help="folder of raw dataset folders (default: $GNNPIPE_DATASETS)")
+    s.set_defaults(func=cmd_list)
+
+    s = sub.add_parser("prepare", parents=[common], help="verify, load, check and save a dataset")
+    s.add_argument("name", nargs="?", help="card name (see `gnnpipe-data list`)")
+    s.add_argument("--all", action="store_true", help="every card whose raw folder exists under --raw-root")
+    s.add_argument("--raw", help="raw folder (default: <raw root>/NAME)")
+    s.add_argument("--raw-root", help="with --all: folder of raw dataset folders")
+    s.add_argument("--root", help="data root; output goes to ROOT/NAME")
+    s.add_argument("--split", type=int, default=None, help="fixed split index (heterophilous datasets; default 0)")
+    s.add_argument("--seed", type=int, default=0, help="split seed (gnn-benchmark datasets; default 0)")
+    s.add_argument("--force", action="store_true", help="replace an existing output")
+    s.set_defaults(func=cmd_prepare)
+
+    s = sub.add_parser("info", parents=[common], help="counts and statistics of a prepared graph")
+    s.add_argument("dataset", metavar="NAME_OR_DIR")
+    s.add_argument("--root", help="data root to look NAME up in")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--verify", action="store_true", help="recompute the content hash and check symmetry")
+    s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("synth", parents=[common], help="generate a synthetic graph")
+    kinds = s.add_subparsers(dest="kind", required=True)
+    k = kinds.add_parser("sbm", parents=[common], help="stochastic block model with label-correlated features")
+    k.add_argument("--nodes", type=int, default=10_000)
+    k.add_argument("--classes", type=int, default=5)
+    k.add_argument("--avg-degree", type=float, default=10.0)
+    k.add_argument("--homophily", type=float, default=0.8)
+    k.add_argument("--features", type=int, default=64)
+    k.add_argument("--signal", type=float, default=1.0, help="feature signal strength")
+    k.add_argument("--train-frac", type=float, default=0.6)
+    k.add_argument("--val-frac", type=float, default=0.2)
+    k2 = kinds.add_parser("rmat", parents=[common], help="R-MAT power-law graph")
+    k2.add_argument("--nodes", type=int, default=1 << 16)
+    k2.add_argument("--edges", type=int, default=1 << 20)
+    k2.add_argument("--a", type=float, default=0.57)
+    k2.add_argument("--b", type=float, default=0.19)
+    k2.add_argument("--c", type=float, default=0.19)
+    k2.add_argument("--classes", type=int, default=5)
+    k2.add_argument("--features", type=int, default=64)
+    for k_ in (k, k2):
+        k_.add_argument("--seed", type=int, default=0)
+        k_.add_argument("--name", default=None, help="graph name (default: the generator's)")
+        k_.add_argument("--out", required=True, help="output directory")
+        k_.add_argument("--force", action="store_true", help="replace an existing output")
+    s.set_defaults(func=cmd_synth)
+    return p
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``gnnpipe-data``; returns the exit status."""
+    return run_cli(_main, argv, prog="gnnpipe-data")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
