@@ -1,0 +1,205 @@
+"""``gnnpipe-partition``: build a partition plan (parts × chunks) for a prepared dataset.
+
+Usage::
+
+    gnnpipe-partition DATASET --parts P [--chunks C] [--method metis|random|contiguous]
+        [--objective cut|vol] [--seed S] [--weights none|degree] [--out DIR] [--root DIR]
+        [--json] [--dry-run] [--force] [--debug]
+
+``DATASET`` is a prepared graph directory or a dataset name under the data root
+(``--root``, ``GNNPIPE_DATA_ROOT``, default ``<repo>/datasets``; see ``gnnpipe-data``).
+
+Output tree (default ``<repo>/partition/<dataset>-<method>-p<P>-c<C>/``; the environment
+variable ``GNNPIPE_PARTITION_ROOT`` replaces ``<repo>/partition``)::
+
+    <dataset>-<method>-p<P>-c<C>/
+        META.json        format, every parameter (parts, chunks, method, objective, seed,
+                         vertex_weights, gnnpipe_version), dataset name, content hash,
+                         nodes and edges; written last, marks the plan complete
+        stats.json       part / chunk sizes and balance, edge cut, halo counts M_p and
+                         their sum, predicted bytes per epoch for a 32-layer d=100 model
+                         (graph parallel by the paper's and by our formula, pipeline)
+        assignment.npz   int64 arrays: part, chunk (by ORIGINAL node id), perm
+                         (perm[new] = old), inv, part_ptr [P+1], chunk_ptr [P*C+1]
+
+The same inputs and seed give a byte-identical directory. An existing plan with the same
+parameters and dataset hash is reused; one with other parameters is refused unless
+``--force``. ``--dry-run`` computes and prints, writing nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from gnnpipe import GnnpipeError
+from gnnpipe.cli import run_cli
+from gnnpipe.data.graph import Graph
+from gnnpipe.partition.plan import METHODS, OBJECTIVES, PartitionPlan, build_plan, plan_params, read_plan_meta
+
+PROG = "gnnpipe-partition"
+
+
+def default_partition_root() -> Path:
+    """``$GNNPIPE_PARTITION_ROOT`` or the repository's ``partition/`` folder."""
+    env = os.environ.get("GNNPIPE_PARTITION_ROOT")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "partition"
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description="Partition a prepared graph into parts × chunks.")
+    ap.add_argument("dataset", help="prepared graph directory or dataset name under the data root")
+    ap.add_argument("--parts", "-p", type=int, required=True, help="P: graph-parallel parts / hybrid ways")
+    ap.add_argument("--chunks", "-c", type=int, default=1, help="C: pipeline chunks per part (default 1)")
+    ap.add_argument("--method", default="metis", help=f"one of {', '.join(METHODS)} (default metis)")
+    ap.add_argument("--objective", default="cut", help=f"METIS objective, one of {', '.join(OBJECTIVES)}")
+    ap.add_argument("--seed", type=int, default=0, help="METIS / shuffle seed (default 0)")
+    ap.add_argument("--weights", default="none", choices=("none", "degree"), help="vertex weights for balance")
+    ap.add_argument("--out", type=Path, help="plan directory (default partition/<dataset>-<method>-p<P>-c<C>)")
+    ap.add_argument("--root", type=Path, help="data root for dataset names")
+    ap.add_argument("--json", action="store_true", help="print META and stats as JSON instead of a table")
+    ap.add_argument("--dry-run", action="store_true", help="compute and print, write nothing")
+    ap.add_argument("--force", action="store_true", help="replace an existing plan with other parameters")
+    ap.add_argument("--debug", action="store_true", help="tracebacks and debug logging")
+    return ap
+
+
+def _progress(msg: str) -> None:
+    print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
+
+
+def _resolve(dataset: str, root: Path | None) -> Path:
+    p = Path(dataset)
+    if (p / "meta.json").is_file():
+        return p
+    try:
+        from gnnpipe.data.catalog import resolve_dataset
+    except ImportError:  # catalogue not installed: only directories are accepted
+        raise GnnpipeError(f"{dataset}: not a prepared graph directory (meta.json missing)") from None
+    return resolve_dataset(dataset, root)
+
+
+def _check_writable(out: Path) -> None:
+    # Find the first existing ancestor and check it is a writable directory, creating
+    # nothing: a bad --out must fail before the (possibly long) partitioning.
+    anc = out
+    while not anc.exists():
+        if anc.parent == anc:
+            break
+        anc = anc.parent
+    if not anc.is_dir():
+        raise GnnpipeError(f"{out}: cannot create output directory ({anc} is not a directory)")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise GnnpipeError(f"{out}: output directory not writable ({anc} is read-only)")
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.3f} GB"
+
+
+def summary_table(stats: dict, meta: dict) -> str:
+    """The human summary printed by the CLI."""
+    pp, cc, vol = stats["parts"], stats["chunks"], stats["volume"]
+    ms = vol["model_shape"]
+    prm = meta["params"]
+    ds = meta["dataset"]
+    lines = [
+        f"dataset   {ds['name']}  ({ds['num_nodes']:,} nodes, {ds['num_edges']:,} directed edges, hash {ds['content_hash'][:12]})",
+        f"plan      {prm['method']} objective={prm['objective']} seed={prm['seed']} weights={prm['vertex_weights']}"
+        f"  P={prm['parts']} C={prm['chunks']}",
+        "",
+        f"{'part':>5} {'nodes':>10} {'edges':>12} {'halo M_p':>10}",
+    ]
+    for p, (n, e, m) in enumerate(zip(pp["sizes"], pp["edges"], pp["halo"])):
+        lines.append(f"{p:>5} {n:>10,} {e:>12,} {m:>10,}")
+    und = stats["num_edges"] // 2
+    lines += [
+        "",
+        f"parts     balance {pp['balance']:.3f} (nodes), {pp['edge_balance']:.3f} (edges); "
+        f"edge cut {pp['edge_cut']:,} of {und:,} ({100 * pp['edge_cut_fraction']:.1f} %); sum M_p {pp['halo_sum']:,}",
+        f"chunks    {len(cc['sizes'])} of {min(cc['sizes']):,}..{max(cc['sizes']):,} nodes, balance {cc['balance']:.3f}; "
+        f"chunk cut {cc['edge_cut']:,}; sum of out-of-chunk neighbours {cc['halo_sum']:,}",
+        "",
+        f"predicted bytes per epoch, {ms['model']} L={ms['layers']} d={ms['hidden']} F={ms['features']} s={ms['bytes_per_value']}:",
+        f"  graph parallel, paper  2s·ΣM·(F+(L-1)d)      {_gb(vol['graph_parallel_paper'])}",
+        f"  graph parallel, ours   2s·ΣM·(L-1)d          {_gb(vol['graph_parallel_ours'])}"
+        f"  (+ {_gb(vol['graph_parallel_ours_startup'])} once at start-up)",
+        f"  pipeline, S={ms['stages']}           2s·(S-1)·N·d          {_gb(vol['pipeline'])}",
+    ]
+    return "\n".join(lines)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.method not in METHODS:
+        raise GnnpipeError(f"--method: expected one of {', '.join(METHODS)}, got {args.method!r}")
+    if args.objective not in OBJECTIVES:
+        raise GnnpipeError(f"--objective: expected one of {', '.join(OBJECTIVES)}, got {args.objective!r}")
+    if args.parts < 1:
+        raise GnnpipeError(f"--parts: expected at least 1, got {args.parts}")
+    if args.chunks < 1:
+        raise GnnpipeError(f"--chunks: expected at least 1, got {args.chunks}")
+    gdir = _resolve(args.dataset, args.root)
+    _progress(f"loading {gdir}")
+    graph = Graph.load(gdir)  # validates shapes and ranges
+    for flag, v in (("--parts", args.parts), ("--chunks", args.chunks)):
+        if v > graph.num_nodes:
+            raise GnnpipeError(f"{flag}: {v} exceeds the {graph.num_nodes} nodes of {gdir}")
+    name = graph.name or gdir.name
+    out = args.out or default_partition_root() / f"{name}-{args.method}-p{args.parts}-c{args.chunks}"
+    weights = None if args.weights == "none" else args.weights
+    params = plan_params(args.parts, args.chunks, args.method, args.objective, args.seed, weights)
+
+    if not args.dry_run:
+        if out.exists() and not args.force:
+            if not (out / "META.json").is_file():
+                raise GnnpipeError(f"{out}: exists and is not a partition plan (use --force to replace it)")
+            old = read_plan_meta(out)
+            same_params = old.get("params") == params
+            same_data = old.get("dataset", {}).get("content_hash") == graph.content_hash
+            if same_params and same_data:
+                _progress(f"reusing existing plan {out} (same parameters and dataset hash)")
+                plan = PartitionPlan.load(out)
+                _print(plan.stats or {}, old, args.json)
+                return 0
+            diff = [f"{k}: {old.get('params', {}).get(k)!r} → {v!r}" for k, v in params.items()
+                    if old.get("params", {}).get(k) != v]
+            if not same_data:
+                diff.append(f"dataset hash: {old.get('dataset', {}).get('content_hash')} → {graph.content_hash}")
+            raise GnnpipeError(f"{out}: holds a plan with other parameters ({'; '.join(diff)}); use --force to replace it")
+        _check_writable(out)
+
+    _progress("checking the adjacency is symmetric")
+    graph.check_symmetric()
+    _progress(f"partitioning {graph.num_nodes:,} nodes into {args.parts} parts × {args.chunks} chunks ({args.method})")
+    t0 = time.perf_counter()
+    plan = build_plan(graph, args.parts, args.chunks, args.method, args.objective, args.seed, weights)
+    _progress(f"partitioned in {time.perf_counter() - t0:.2f} s")
+    if args.dry_run:
+        _progress("dry run: nothing written")
+    else:
+        plan.save(out, force=args.force)
+        _progress(f"wrote {out}")
+    _print(plan.stats or {}, plan.meta(), args.json)
+    return 0
+
+
+def _print(stats: dict, meta: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"meta": meta, "stats": stats}, indent=2, sort_keys=True))
+    else:
+        print(summary_table(stats, meta))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point with the shared error policy (one line, exit 2, for user errors)."""
+    return run_cli(_main, argv, prog=PROG)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
