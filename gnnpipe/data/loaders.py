@@ -145,6 +145,8 @@ class _PlanetoidUnpickler(pickle.Unpickler):
             ("collections", "defaultdict"): __import__("collections").defaultdict,
             ("__builtin__", "list"): list,
             ("builtins", "list"): list,
+            # Protocol-2 pickles written by Python 3 encode bytes through _codecs.encode.
+            ("_codecs", "encode"): __import__("codecs").encode,
         }
         try:
             return allowed[(module, name)]
@@ -473,15 +475,18 @@ def load_ogb_node(raw_dir: str | Path, *, scheme: str | None = None, hashes: Has
     for rel in rels.values():
         _require(raw_dir, rel)
     raw_hashes = {rel: verify_file(raw_dir, rel, hashes) for rel in rels.values()}
-    feats = _read_csv_gz(raw_dir / rels["feat"], np.float32, None, progress)
     # Width from the first line: node-feat has no header.
-    with gzip.open(raw_dir / rels["feat"], "rt") as fh:
-        first = fh.readline()
-    width = len(first.strip().split(",")) if first.strip() else 0
-    n = feats.size // width if width else 0
-    if width == 0 or feats.size != n * width:
-        raise GnnpipeError(f"{raw_dir / rels['feat']}: rows do not all have {width} features")
-    feats = feats.reshape(n, width)
+    fpath = raw_dir / rels["feat"]
+    try:
+        with gzip.open(fpath, "rb") as fh:
+            first = fh.readline().strip()
+    except _CORRUPT as e:
+        raise GnnpipeError(f"{fpath}: truncated or corrupt gzip/csv ({type(e).__name__}: {e})") from None
+    width = len(first.split(b",")) if first else 0
+    if width == 0:
+        raise GnnpipeError(f"{fpath}: empty: expected one line of features per node")
+    feats = _read_csv_gz(fpath, np.float32, width, progress)
+    n = feats.shape[0]
     labels = _read_csv_gz(raw_dir / rels["label"], np.float64, None, progress)
     _check_len(raw_dir / rels["label"], "labels", labels, n)
     if np.isnan(labels).any() or np.any(labels != np.round(labels)):
