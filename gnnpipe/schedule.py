@@ -378,7 +378,9 @@ def _check_order(S: int, order: Sequence[int]) -> list[int]:
 # --------------------------------------------------------------------------- lowering
 
 
-def lower(compute_schedule: Mapping[int, Sequence[Action]], S: int, *, exact: bool = False) -> Schedule:
+def lower(
+    compute_schedule: Mapping[int, Sequence[Action]], S: int, *, exact: bool = False
+) -> Schedule:
     """Insert the sends and receives between stages into a compute-only schedule.
 
     Stale (default) mode, per compute action on stage ``s``:
@@ -583,7 +585,8 @@ def validate(
         if len(opts) > 1 or (any(has_opt) and not opts):
             fail(f"stage {s} has {len(opts)} OPT actions, expected "
                  f"{'exactly one (other stages have one)' if any(has_opt) else 'at most one'}",
-                 [acts[i] for i in opts])
+                 # None missing: mark where it belongs (after the stage's last action).
+                 [acts[i] for i in opts] or acts[-1:])
         if opts:
             last_compute = max(i for i, a in enumerate(acts)
                                if a.kind in (ActionKind.F, ActionKind.B, ActionKind.W))
@@ -790,7 +793,8 @@ def simulate(
                     link = (s, a.peer)
                     arrival = max(start, link_free.get(link, 0)) + comm_cost(a)
                     link_free[link] = arrival
-                    mailbox.setdefault((a.kind.value[-1], s, a.peer, a.chunk), deque()).append(arrival)
+                    key = (a.kind.value[-1], s, a.peer, a.chunk)
+                    mailbox.setdefault(key, deque()).append(arrival)
                 else:
                     cost = opt_cost(a) if a.kind is ActionKind.OPT else compute_cost(a)
                     start, end = free[s], free[s] + cost
@@ -864,7 +868,7 @@ def render_grid(
     For a schedule (``{stage: [actions]}``) row ``i`` holds each stage's ``i``-th action
     (program order). For a timeline (a :class:`SimResult` or its ``timeline``) each row is
     one start time, labelled with it; a cell lists the actions the stage starts then, and
-    ``|`` marks a stage still busy with an action started on an earlier row.
+    ``...`` marks a stage still busy with an action started on an earlier row.
 
     Args:
         schedule_or_timeline: What to print.
@@ -908,7 +912,7 @@ def render_grid(
             for s in stages:
                 here = [e.action for e in entries if e.stage == s and e.start == t]
                 running = any(e.stage == s and e.start < t < e.end for e in entries)
-                texts.append(cell_text(here) if here else ("|" if running else ""))
+                texts.append(cell_text(here) if here else ("..." if running else ""))
                 hit = hit or any(a in marked for a in here)
             rows.append((_fmt_time(t), texts, hit))
         corner = "time"
