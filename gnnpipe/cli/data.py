@@ -138,13 +138,18 @@ def cmd_synth(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise GnnpipeError(f"{out}: output directory exists (use --force to replace it)")
-    if args.kind == "sbm":
-        g = synthetic.sbm(num_nodes=args.nodes, num_classes=args.classes, avg_degree=args.avg_degree,
-                          homophily=args.homophily, num_features=args.features, feature_signal=args.signal,
-                          seed=args.seed, train_frac=args.train_frac, val_frac=args.val_frac, name=args.name)
-    else:
-        g = synthetic.rmat(num_nodes=args.nodes, num_edges=args.edges, a=args.a, b=args.b, c=args.c,
-                           num_classes=args.classes, num_features=args.features, seed=args.seed, name=args.name)
+    # Only the flags given are passed: the generators own their defaults.
+    names = {"nodes": "num_nodes", "edges": "num_edges", "classes": "num_classes", "avg_degree": "avg_degree",
+             "homophily": "homophily", "features": "num_features", "signal": "feature_signal", "seed": "seed",
+             "train_frac": "train_frac", "val_frac": "val_frac", "a": "a", "b": "b", "c": "c", "name": "name"}
+    kwargs = {kw: getattr(args, flag) for flag, kw in names.items() if getattr(args, flag, None) is not None}
+    gen = synthetic.sbm if args.kind == "sbm" else synthetic.rmat
+    try:
+        g = gen(**kwargs)
+    except ValueError as e:  # the generators validate their parameters with ValueError
+        if isinstance(e, GnnpipeError):
+            raise
+        raise GnnpipeError(f"synth {args.kind}: {e}") from None
     g.save(out, force=args.force, extra_meta={"generator": args.kind})
     print(f"{args.kind}: wrote {out} ({g.num_nodes:,} nodes, {g.num_edges:,} directed edges, "
           f"hash {g.content_hash[:12]})")
@@ -185,24 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("synth", parents=[common], help="generate a synthetic graph")
     kinds = s.add_subparsers(dest="kind", required=True)
     k = kinds.add_parser("sbm", parents=[common], help="stochastic block model with label-correlated features")
-    k.add_argument("--nodes", type=int, default=10_000)
-    k.add_argument("--classes", type=int, default=5)
-    k.add_argument("--avg-degree", type=float, default=10.0)
-    k.add_argument("--homophily", type=float, default=0.8)
-    k.add_argument("--features", type=int, default=64)
-    k.add_argument("--signal", type=float, default=1.0, help="feature signal strength")
-    k.add_argument("--train-frac", type=float, default=0.6)
-    k.add_argument("--val-frac", type=float, default=0.2)
+    k.add_argument("--nodes", type=int, default=10_000, help="number of nodes (default 10000)")
+    k.add_argument("--avg-degree", type=float, help="mean degree")
     k2 = kinds.add_parser("rmat", parents=[common], help="R-MAT power-law graph")
-    k2.add_argument("--nodes", type=int, default=1 << 16)
-    k2.add_argument("--edges", type=int, default=1 << 20)
-    k2.add_argument("--a", type=float, default=0.57)
-    k2.add_argument("--b", type=float, default=0.19)
-    k2.add_argument("--c", type=float, default=0.19)
-    k2.add_argument("--classes", type=int, default=5)
-    k2.add_argument("--features", type=int, default=64)
+    k2.add_argument("--nodes", type=int, default=1 << 16, help="number of nodes (default 65536)")
+    k2.add_argument("--edges", type=int, default=1 << 20, help="directed edges wanted (default 1048576)")
+    k2.add_argument("--a", type=float, help="R-MAT quadrant probability a")
+    k2.add_argument("--b", type=float, help="R-MAT quadrant probability b")
+    k2.add_argument("--c", type=float, help="R-MAT quadrant probability c")
     for k_ in (k, k2):
-        k_.add_argument("--seed", type=int, default=0)
+        k_.add_argument("--classes", type=int, help="number of classes")
+        k_.add_argument("--homophily", type=float, help="edge homophily knob in [0, 1]")
+        k_.add_argument("--features", type=int, help="feature width")
+        k_.add_argument("--signal", type=float, help="feature signal strength (class-mean scale)")
+        k_.add_argument("--train-frac", type=float, help="training fraction")
+        k_.add_argument("--val-frac", type=float, help="validation fraction")
+        k_.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
         k_.add_argument("--name", default=None, help="graph name (default: the generator's)")
         k_.add_argument("--out", required=True, help="output directory")
         k_.add_argument("--force", action="store_true", help="replace an existing output")
