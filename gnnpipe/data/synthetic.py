@@ -164,9 +164,13 @@ def _sample_unique_edges(
     return keys
 
 
-def _keys_to_csr(keys: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def _keys_to_csr(holder: list[np.ndarray], num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the undirected keys in ``holder[0]``, which is emptied to free them early."""
+    keys = holder.pop()
     src = keys // num_nodes
-    dst = keys - src * num_nodes
+    dst = keys
+    dst -= src * num_nodes  # in place: the keys are not needed any more
+    del keys
     return symmetric_csr(src, dst, num_nodes)
 
 
@@ -282,9 +286,7 @@ def sbm(
         pos += start[c]
         return src, order[pos]
 
-    keys = _sample_unique_edges(sample, target, n, r_edge)
-    indptr, indices = _keys_to_csr(keys, n)
-    del keys
+    indptr, indices = _keys_to_csr([_sample_unique_edges(sample, target, n, r_edge)], n)
     x = _class_features(labels, k, f, sig, r_feat)
     train, val, test = _random_split(n, tr, va, r_split)
     params = dict(
@@ -423,9 +425,7 @@ def rmat(
             dst[same] = (src[same] & ~low_mask) | (dst[same] & low_mask)
         return perm[src], perm[dst]  # dropped ids map to -1
 
-    keys = _sample_unique_edges(sample, target, n, r_edge)
-    indptr, indices = _keys_to_csr(keys, n)
-    del keys
+    indptr, indices = _keys_to_csr([_sample_unique_edges(sample, target, n, r_edge)], n)
     x = _class_features(labels, k, f, sig, r_feat)
     train, val, test = _random_split(n, tr, va, r_split)
     params = dict(
