@@ -315,6 +315,15 @@ def test_validator_catches_compute_before_its_receive():
     assert ">>1F1" in _error(sched, 2, 2)
 
 
+def test_validator_catches_send_before_the_compute_that_produces_it():
+    # The simulator alone would accept it (sends are free); the data would not exist yet.
+    sched = _copy(lower(gnnpipe_schedule(2, [0, 1]), 2))
+    i = sched[0].index(Action(0, K.SEND_F, 1))
+    sched[0][i - 1], sched[0][i] = sched[0][i], sched[0][i - 1]
+    simulate(sched, 2)
+    assert ">>0SEND_F1" in _error(sched, 2, 2)
+
+
 def test_validator_catches_cross_stage_cycle():
     # Same chunk orders everywhere, F before B everywhere, and yet stage 0 waits for 1B0
     # before sending chunk 1, which stage 1 needs before it reaches 1B0.
