@@ -907,12 +907,23 @@ def render_grid(
         entries = [e for e in schedule_or_timeline if comm or e.action.kind.is_compute]
         stages = sorted({e.stage for e in entries})
         times = sorted({e.start for e in entries})
+        # Group once (a stage's entries are in execution order, so starts never decrease);
+        # the grid of a long epoch has thousands of entries.
+        cells: dict[tuple[int, float], list[Action]] = {}
+        busy_until: dict[tuple[int, float], float] = {}
+        for e in entries:
+            cells.setdefault((e.stage, e.start), []).append(e.action)
+            busy_until[(e.stage, e.start)] = max(busy_until.get((e.stage, e.start), e.end), e.end)
+        running_end = {s: None for s in stages}
         for i, t in enumerate(times):
             texts, hit = [], i == marked_row
             for s in stages:
-                here = [e.action for e in entries if e.stage == s and e.start == t]
-                running = any(e.stage == s and e.start < t < e.end for e in entries)
+                here = cells.get((s, t), [])
+                end = running_end[s]
+                running = end is not None and t < end
                 texts.append(cell_text(here) if here else ("..." if running else ""))
+                if here:
+                    running_end[s] = busy_until[(s, t)]
                 hit = hit or any(a in marked for a in here)
             rows.append((_fmt_time(t), texts, hit))
         corner = "time"
