@@ -653,7 +653,6 @@ def _validate_comm(schedule, S, C, index, fail) -> None:
                 at = index[s].get((comm, c), [])
                 want = 1 if needed(s) else 0
                 if len(at) != want:
-                    a = Action(s, comm, c) if want or at else None
                     why = ("it sends/receives for a neighbour that does not exist"
                            if not want else "each chunk crosses each stage boundary once")
                     fail(f"stage {s} has {len(at)} x {s}{comm.value}{c}, expected {want} "
@@ -692,8 +691,9 @@ class SimResult:
     """What :func:`simulate` measured.
 
     Attributes:
-        steps (int): Rows of the time-step grid: distinct start times of compute actions
-            (equals ``makespan`` for unit costs, free communication and no gap).
+        steps (int): Time slots used: distinct start times of compute actions that take
+            time (equals ``makespan`` for unit costs and free communication, as long as
+            some stage computes at every step).
         makespan: Time from the epoch's start to the end of its last action.
         busy (list): Per stage, the time spent in compute actions.
         idle (list): Per stage, ``makespan - busy``. Epoch after epoch, a stage's idle tail
