@@ -321,11 +321,6 @@ def test_interrupted_force_save_keeps_the_old_graph(tmp_path, monkeypatch, exc):
     assert Graph.load(tmp_path / "g", verify=True).content_hash == old.content_hash
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="graph.py save(force=True) renames the old directory away before renaming the new "
-    "one in; an interrupt between the two renames leaves neither at the path",
-)
 def test_force_save_interrupted_between_renames_keeps_a_graph_at_path(tmp_path, monkeypatch):
     old, new = small_graph(0), small_graph(1)
     old.save(tmp_path / "g")
@@ -392,11 +387,6 @@ def test_meta_json_is_plain_json(tmp_path):
     assert meta["content_hash"] == g.content_hash
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="graph.py _json_default handles np.integer/np.floating/ndarray but not np.bool_, "
-    "so save() fails with TypeError on meta holding a numpy boolean",
-)
 def test_meta_with_numpy_bool_saves(tmp_path):
     small_graph().save(tmp_path / "g", extra_meta={"flag": np.bool_(True)})
     assert Graph.load(tmp_path / "g").meta["flag"] is True

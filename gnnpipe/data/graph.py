@@ -338,9 +338,15 @@ class Graph:
                 fh.flush()
                 os.fsync(fh.fileno())
             if path.exists():
+                # Replace: move the old graph aside, move the new one in; if the second rename
+                # does not happen, put the old one back so the path always holds a graph.
                 old = parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
                 path.rename(old)
-                tmp.rename(path)
+                try:
+                    tmp.rename(path)
+                except BaseException:
+                    old.rename(path)
+                    raise
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 tmp.rename(path)
@@ -360,6 +366,8 @@ class Graph:
 
 
 def _json_default(o: Any) -> Any:
+    if isinstance(o, np.bool_):
+        return bool(o)
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
