@@ -36,3 +36,10 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
             raise
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Output piped into `head` and the reader left: not an error worth a traceback.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
