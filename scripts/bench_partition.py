@@ -1,0 +1,109 @@
+"""Benchmark the partitioner (issue 3): time and peak memory at 1M nodes / 20M edges, and
+METIS against random edge cut on Squirrel (P = 8).
+
+Memory is measured in a child process that loads the prepared graph fully into RAM
+(``mmap=False``), reads its RSS (baseline), runs ``build_plan`` (parts, chunks and
+statistics, i.e. everything ``gnnpipe-partition`` does after loading), and reads the
+process's peak RSS (``ru_maxrss``, which covers METIS's C allocations too). The increment
+``peak − baseline`` is compared with the CSR's bytes (``indptr`` + ``indices``, int64); the
+target is at most 4×. Graph generation happens in the parent so its peak is not counted.
+
+Usage: ``python scripts/bench_partition.py [--nodes 1000000] [--edges 20000000]
+[--parts 8] [--chunks 4] [--squirrel PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def child(graph_dir: str, parts: int, chunks: int, method: str) -> None:
+    from gnnpipe.data.graph import Graph
+    from gnnpipe.partition import build_plan
+
+    g = Graph.load(graph_dir, mmap=False)
+    base = _rss()
+    t0 = time.perf_counter()
+    plan = build_plan(g, parts, chunks, method=method, seed=0)
+    wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    csr = g.indptr.nbytes + g.indices.nbytes
+    print(json.dumps({
+        "method": method, "nodes": g.num_nodes, "directed_edges": g.num_edges, "parts": parts, "chunks": chunks,
+        "wall_s": round(wall, 2), "csr_bytes": csr, "rss_after_load": base, "peak_rss": peak,
+        "increment": peak - base, "increment_over_csr": round((peak - base) / csr, 2),
+        "edge_cut": plan.stats["parts"]["edge_cut"], "part_balance": round(plan.stats["parts"]["balance"], 4),
+        "chunk_balance": round(plan.stats["chunks"]["balance"], 4), "halo_sum": plan.stats["parts"]["halo_sum"],
+    }))
+
+
+def squirrel_cuts(path: Path, parts: int) -> dict:
+    from gnnpipe.data.graph import Graph
+    from gnnpipe.partition import build_plan
+
+    z = np.load(path, allow_pickle=False)
+    e = z["edges"]
+    n = z["node_labels"].shape[0]
+    g = Graph.from_edges(e[:, 0], e[:, 1], n, z["node_features"], z["node_labels"],
+                         z["train_masks"][0], z["val_masks"][0], z["test_masks"][0], name="squirrel")
+    out = {"nodes": n, "undirected_edges": g.num_edges // 2}
+    for m in ("metis", "random"):
+        t0 = time.perf_counter()
+        st = build_plan(g, parts, 1, method=m, seed=0).stats["parts"]
+        out[m] = {"edge_cut": st["edge_cut"], "halo_sum": st["halo_sum"], "balance": round(st["balance"], 4),
+                  "seconds": round(time.perf_counter() - t0, 3)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--edges", type=int, default=20_000_000, help="directed edges")
+    ap.add_argument("--parts", type=int, default=8)
+    ap.add_argument("--chunks", type=int, default=4)
+    ap.add_argument("--squirrel", type=Path, default=REPO.parent / "shared" / "datasets" / "squirrel" / "squirrel.npz")
+    ap.add_argument("--methods", default="metis,random", help="comma-separated methods to time on the synthetic graph")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--method", default="metis", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.parts, a.chunks, a.method)
+        return
+    if a.squirrel.is_file():
+        print("squirrel P=%d:" % a.parts, json.dumps(squirrel_cuts(a.squirrel, a.parts)), flush=True)
+    from gnnpipe.data.synthetic import rmat
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        # Few features: the benchmark is about the adjacency.
+        g = rmat(a.nodes, a.edges, num_features=4, seed=0)
+        g.save(Path(tmp) / "g")
+        print(f"generated {g.num_nodes:,} nodes / {g.num_edges:,} directed edges in {time.perf_counter() - t0:.1f} s", flush=True)
+        del g
+        for m in a.methods.split(","):
+            r = subprocess.run([sys.executable, __file__, "--child", str(Path(tmp) / "g"), "--parts", str(a.parts),
+                                "--chunks", str(a.chunks), "--method", m], capture_output=True, text=True, check=True)
+            print("synthetic:", r.stdout.strip(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
