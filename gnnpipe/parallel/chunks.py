@@ -1,0 +1,97 @@
+"""Chunk blocks: the graph seen by one pipeline chunk (pure, no communication).
+
+A chunk is a contiguous range ``[lo, hi)`` of relabelled node ids. Its block has the chunk's
+nodes as destinations and, as sources, the chunk's nodes first (so ``dst_in_src`` is
+``0..n-1``) followed by its out-of-chunk neighbours in increasing id order. Those neighbour
+rows come from a stage's historical-embedding buffer; gradients that reach them are the
+"cross-chunk" gradients of GNNPipe's gradient handling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gnnpipe.models.block import Block
+
+
+@dataclass(eq=False)
+class ChunkInfo:
+    """One chunk's block and the ids its sources refer to.
+
+    Attributes:
+        index: chunk id.
+        lo, hi: its relabelled node range.
+        nbr_ids: int64 tensor [m], out-of-chunk neighbour ids (relabelled), sorted.
+        block: dst = the chunk's nodes, src = chunk nodes then ``nbr_ids``.
+    """
+
+    index: int
+    lo: int
+    hi: int
+    nbr_ids: torch.Tensor
+    block: Block
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+
+def build_chunk(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, lo: int, hi: int,
+                index: int = 0, orig: np.ndarray | None = None) -> ChunkInfo:
+    """The :class:`ChunkInfo` of rows ``[lo, hi)`` of a relabelled symmetric CSR graph.
+
+    Args:
+        indptr, indices: CSR of the whole graph in relabelled ids.
+        deg: float32 [N] global degrees (no self-loops).
+        orig: int64 [N] original id of each relabelled id (``plan.perm``); the block's
+            global ids (which key dropout masks) are original ids, so masks do not depend
+            on the plan. Identity when None.
+    """
+    rows_ptr = np.asarray(indptr[lo : hi + 1], dtype=np.int64)
+    cols = np.asarray(indices[rows_ptr[0] : rows_ptr[-1]], dtype=np.int64)
+    local_ptr = rows_ptr - rows_ptr[0]
+    outside = (cols < lo) | (cols >= hi)
+    nbr = np.unique(cols[outside])
+    n = hi - lo
+    mapped = np.empty_like(cols)
+    mapped[~outside] = cols[~outside] - lo
+    mapped[outside] = n + np.searchsorted(nbr, cols[outside])
+    src_new = np.concatenate([np.arange(lo, hi, dtype=np.int64), nbr])
+    src_gid = src_new if orig is None else np.asarray(orig, dtype=np.int64)[src_new]
+    block = Block(
+        indptr=torch.from_numpy(local_ptr),
+        indices=torch.from_numpy(mapped),
+        num_src=int(src_gid.size),
+        src_deg=torch.from_numpy(np.asarray(deg, dtype=np.float32)[src_new]),
+        dst_deg=torch.from_numpy(np.asarray(deg[lo:hi], dtype=np.float32)),
+        dst_gid=torch.from_numpy(src_gid[:n].copy()),
+        src_gid=torch.from_numpy(src_gid),
+        dst_in_src=torch.arange(n, dtype=torch.int64),
+    )
+    return ChunkInfo(index=index, lo=int(lo), hi=int(hi), nbr_ids=torch.from_numpy(nbr), block=block)
+
+
+def build_chunks(indptr: np.ndarray, indices: np.ndarray, chunk_ptr, deg=None,
+                 orig: np.ndarray | None = None) -> list[ChunkInfo]:
+    """Every chunk of ``chunk_ptr`` (boundaries in relabelled ids); see :func:`build_chunk`."""
+    if deg is None:
+        deg = np.diff(np.asarray(indptr)).astype(np.float32)
+    cp = [int(x) for x in chunk_ptr]
+    return [build_chunk(indptr, indices, deg, cp[k], cp[k + 1], k, orig) for k in range(len(cp) - 1)]
+
+
+def feature_rows(x, ids: np.ndarray | torch.Tensor):
+    """Rows ``ids`` of a dense tensor, or of a scipy / torch sparse CSR matrix, as a tensor."""
+    import scipy.sparse as sp
+
+    from gnnpipe.parallel.graph_parallel import features_to_tensor
+
+    ids = np.asarray(ids, dtype=np.int64)
+    if sp.issparse(x):
+        return features_to_tensor(sp.csr_matrix(x)[ids])
+    if isinstance(x, torch.Tensor):
+        return x.index_select(0, torch.from_numpy(ids))
+    return torch.from_numpy(np.ascontiguousarray(np.asarray(x)[ids], dtype=np.float32))

@@ -1,0 +1,505 @@
+"""GNNPipe pipelined model parallelism: stage runtime, history buffers, the executor.
+
+Each rank (stage) owns a contiguous block of the model's units and runs it over the whole
+graph, chunk by chunk. Only chunk activations (and GCNII's ``h0``, which every GCNII layer
+needs) travel forward to the next stage, and their gradients travel back. No halo exchange.
+
+Semantics of one epoch (identical on every stage; :mod:`gnnpipe.parallel.reference` is an
+independent one-process implementation of the same rules, used as the tests' oracle):
+
+1. **Chunk order.** ``order = chunk_order(C, epoch, seed, shuffle)``: every chunk forward in
+   that order, then every chunk backward in reverse (one flush per epoch).
+2. **Historical embeddings.** Each aggregating unit ``u`` keeps ``H_u`` [N, d_in]: the input
+   rows of every node. Forward of chunk ``c`` first writes its own input rows into ``H_u``,
+   then aggregates from its own rows (fresh, differentiable) and from ``H_u`` for its
+   out-of-chunk neighbours: fresh if their chunk already ran this epoch, one epoch old
+   otherwise. A unit whose input is the constant input features needs no history.
+3. **Cross-chunk gradients** (``grad_fix``, on by default). The gradient that chunk ``c``'s
+   backward sends to a neighbour row of another chunk ``c'`` is accumulated in ``G_u``; when
+   ``c'`` runs backward later in the same epoch (it ran forward earlier, so it was *fresh* for
+   ``c``) that accumulated gradient, multiplied by ``grad_scale`` (2, as the authors: a
+   neighbour is fresh with probability about 1/2), is injected at ``u``'s input for ``c'``.
+   Gradients that reach chunks whose backward already ran (they were *stale* for ``c``) are
+   dropped when ``G_u`` is cleared at the end of the epoch. With ``grad_fix`` off, no
+   gradient crosses chunks (neighbour rows are constants, as in plain historical-embedding
+   methods).
+4. **Snapshot** (period ``K``; 0 = off). At the end of every epoch ``e`` with ``(e+1) % K ==
+   0`` the history buffers are copied into a snapshot; at the start of every later epoch the
+   buffers are restored from it, so stale rows come from one consistent model state.
+5. **Exact mode.** One chunk spanning the whole graph: every aggregation sees current-epoch
+   inputs, no history is read, and the result equals the one-process full-graph run (stages
+   then cannot overlap within the epoch).
+
+Weight gradients accumulate over the chunks; each stage steps its optimizer once per epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gnnpipe import GnnpipeError
+from gnnpipe.models import RunCtx, accuracy_counts, loss_fn
+from gnnpipe.parallel.chunks import ChunkInfo, build_chunks, feature_rows
+
+log = logging.getLogger(__name__)
+
+# Chunk messages use tags 2k (activations) and 2k+1 (gradients); evaluation uses its own.
+_EVAL_TAG = 30000
+
+
+@dataclass
+class StaleOptions:
+    """The convergence techniques (all on by default) and exactness."""
+
+    exact: bool = False
+    shuffle: bool = True
+    grad_fix: bool = True
+    grad_scale: float = 2.0
+    snapshot_period: int = 23
+
+
+def carry_keys_after(units, start: int) -> tuple[str, ...]:
+    """Cross-layer tensors that units from ``start`` on read (must travel with the chunk)."""
+    keys: list[str] = []
+    for u in list(units)[start:]:
+        for k in getattr(u, "carry_keys", ()) or ():
+            if k not in keys:
+                keys.append(k)
+    return tuple(keys)
+
+
+@dataclass
+class _ChunkState:
+    inputs: list = field(default_factory=list)     # (unit position, input tensor) for G injection
+    nbr_leaves: list = field(default_factory=list)  # (unit position, leaf tensor of neighbour rows)
+    h_in: torch.Tensor | None = None
+    carry_in: dict = field(default_factory=dict)
+    out: torch.Tensor | None = None
+    carry_out: dict = field(default_factory=dict)
+    loss: torch.Tensor | None = None
+
+
+class PipelineStage:
+    """Compute of one stage: its units, history buffers and cross-chunk gradient buffers.
+
+    No communication: the executor moves tensors between stages; the one-process reference
+    and tests can drive it directly.
+
+    Args:
+        units: this stage's units (a slice of ``model.units``), in order.
+        first_unit: index of ``units[0]`` in the whole model (0 means the stage reads features).
+        chunks: every chunk's :class:`ChunkInfo`.
+        num_nodes: N.
+        x: input features (only used when ``first_unit == 0``): dense [N, F] tensor, or scipy
+            CSR / dense ndarray.
+        labels, train_mask: only used on the last stage (``is_last``).
+        num_train_global: loss normaliser (training nodes in the whole graph).
+        carry_out_keys: carry tensors to hand to the next stage.
+    """
+
+    def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
+                 labels, train_mask, masks: dict, num_train_global: int, is_last: bool,
+                 opts: StaleOptions, seed: int, multilabel: bool = False,
+                 carry_out_keys: tuple = ()) -> None:
+        self.units = list(units)
+        self.first_unit = first_unit
+        self.chunks = chunks
+        self.N = int(num_nodes)
+        self.is_last = is_last
+        self.opts = opts
+        self.seed = seed
+        self.multilabel = multilabel
+        self.num_train_global = max(int(num_train_global), 1)
+        self.carry_out_keys = tuple(carry_out_keys)
+        self.labels = torch.as_tensor(np.asarray(labels)) if labels is not None else None
+        self.masks = {k: torch.as_tensor(np.asarray(v, dtype=bool)) for k, v in masks.items()}
+        self.train_mask = self.masks.get("train") if train_mask is None else torch.as_tensor(np.asarray(train_mask, dtype=bool))
+        # Units whose input is the constant features (only unit 0 of the model) need no history.
+        self.hist: dict[int, torch.Tensor] = {}
+        self.gacc: dict[int, torch.Tensor] = {}
+        self.snap: dict[int, torch.Tensor] | None = None
+        for pos, u in enumerate(self.units):
+            if u.aggregates and not (first_unit == 0 and pos == 0):
+                self.hist[pos] = torch.zeros(self.N, u.in_dim)
+                if opts.grad_fix:
+                    self.gacc[pos] = torch.zeros(self.N, u.in_dim)
+        self.x_dst: list = []
+        self.x_src: list = []
+        if first_unit == 0:
+            for ch in chunks:
+                ids = np.arange(ch.lo, ch.hi, dtype=np.int64)
+                self.x_dst.append(feature_rows(x, ids))
+                if self.units[0].aggregates:
+                    self.x_src.append(feature_rows(x, np.concatenate([ids, ch.nbr_ids.numpy()])))
+        self.state: dict[int, _ChunkState] = {}
+        self.epoch = 0
+
+    @property
+    def in_dim(self) -> int:
+        return self.units[0].in_dim
+
+    @property
+    def out_dim(self) -> int:
+        return self.units[-1].out_dim
+
+    # ------------------------------------------------------------------ epoch
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.state.clear()
+        if self.snap is not None:
+            for pos, h in self.hist.items():
+                h.copy_(self.snap[pos])
+
+    def end_epoch(self) -> None:
+        for g in self.gacc.values():
+            g.zero_()
+        self.state.clear()
+        k = self.opts.snapshot_period
+        if k and (self.epoch + 1) % k == 0 and self.hist:
+            self.snap = {pos: h.clone() for pos, h in self.hist.items()}
+
+    # ------------------------------------------------------------------ compute
+    def forward_chunk(self, k: int, h_in: torch.Tensor | None, carry_in: dict, training: bool = True):
+        """Run this stage's units on chunk ``k``.
+
+        Args:
+            h_in: [n_k, in_dim] the chunk's input rows (None on the first stage).
+            carry_in: cross-layer tensors of the chunk's rows.
+        Returns:
+            (output rows [n_k, out_dim], carry dict); on the last stage the output is logits.
+        """
+        ch = self.chunks[k]
+        ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed)
+        st = _ChunkState()
+        if self.first_unit == 0:
+            h = self.x_dst[k]
+        else:
+            h = h_in.detach().requires_grad_(training)
+            st.h_in = h
+        carry = {}
+        for key, t in carry_in.items():
+            leaf = t.detach().requires_grad_(training)
+            st.carry_in[key] = leaf
+            carry[key] = leaf
+        for pos, u in enumerate(self.units):
+            if u.aggregates:
+                if self.first_unit == 0 and pos == 0:
+                    h_src = self.x_src[k]
+                else:
+                    hist = self.hist[pos]
+                    if training:
+                        hist[ch.lo : ch.hi] = h.detach()
+                    nbr = hist.index_select(0, ch.nbr_ids)
+                    if training and self.opts.grad_fix and nbr.numel():
+                        nbr.requires_grad_(True)
+                        st.nbr_leaves.append((pos, nbr))
+                    if training and pos in self.gacc:
+                        st.inputs.append((pos, h))
+                    h_src = torch.cat([h, nbr], dim=0)
+                h, carry = u(h, carry, ctx, block=ch.block, h_src=h_src)
+            else:
+                h, carry = u(h, carry, ctx, block=ch.block)
+        st.out = h
+        st.carry_out = {key: carry[key] for key in self.carry_out_keys}
+        if self.is_last and training:
+            mask = self.train_mask[ch.lo : ch.hi]
+            st.loss = loss_fn(h, self.labels[ch.lo : ch.hi], mask, multilabel=self.multilabel,
+                              normalizer=self.num_train_global)
+        if training:
+            self.state[k] = st
+        return h, st.carry_out
+
+    def backward_chunk(self, k: int, grad_out: torch.Tensor | None, grad_carry: dict):
+        """Backward of chunk ``k``; returns (grad of the chunk's input rows, grads of carry_in)."""
+        st = self.state.pop(k)
+        ch = self.chunks[k]
+        tensors: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
+        if self.is_last:
+            tensors.append(st.loss)
+            grads.append(torch.ones_like(st.loss))
+        else:
+            tensors.append(st.out)
+            grads.append(grad_out)
+            for key, t in st.carry_out.items():
+                if key in grad_carry and t.requires_grad:
+                    tensors.append(t)
+                    grads.append(grad_carry[key])
+        # Fresh cross-chunk gradients accumulated by chunks that ran backward before this one.
+        for pos, h in st.inputs:
+            g = self.gacc[pos][ch.lo : ch.hi]
+            if h.requires_grad:
+                tensors.append(h)
+                grads.append(g * self.opts.grad_scale)
+        torch.autograd.backward(tensors, grads)
+        for pos, leaf in st.nbr_leaves:
+            if leaf.grad is not None:
+                self.gacc[pos].index_add_(0, ch.nbr_ids, leaf.grad)
+        grad_in = st.h_in.grad if st.h_in is not None else None
+        if grad_in is None and st.h_in is not None:
+            grad_in = torch.zeros_like(st.h_in)
+        gcarry = {}
+        for key, leaf in st.carry_in.items():
+            gcarry[key] = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        loss = float(st.loss.detach()) if st.loss is not None else 0.0
+        return grad_in, gcarry, loss
+
+    def train_counts(self, k: int, logits: torch.Tensor) -> tuple[int, int]:
+        ch = self.chunks[k]
+        return accuracy_counts(logits.detach(), self.labels[ch.lo : ch.hi], self.train_mask[ch.lo : ch.hi],
+                               multilabel=self.multilabel)
+
+
+def chunk_order(num_chunks: int, epoch: int, seed: int, shuffle: bool = True) -> list[int]:
+    """The epoch's chunk order, identical on every stage (schedule module when present)."""
+    try:
+        from gnnpipe.schedule import chunk_order as _co
+
+        return list(_co(num_chunks, epoch, seed, shuffle=shuffle))
+    except ImportError:  # pragma: no cover - schedule module always ships
+        if not shuffle:
+            return list(range(num_chunks))
+        g = np.random.default_rng([seed, epoch])
+        return [int(i) for i in g.permutation(num_chunks)]
+
+
+@dataclass
+class PipeEpochResult:
+    loss: float
+    train_correct: int
+    train_total: int
+    compute_s: float
+    comm_s: float
+    bubble_s: float
+
+
+class PipelineExecutor:
+    """Runs one stage of the pipeline on this rank and talks to its neighbour stages.
+
+    Args:
+        comm: communicator of this pipeline (ranks = stages, in order).
+        stage: the :class:`PipelineStage` of this rank.
+        model: the whole model (this rank only steps its own units' parameters).
+        optimizer: over this stage's parameters.
+        carry_in_keys / carry_dims: what arrives with each chunk from the previous stage.
+    """
+
+    def __init__(self, comm, stage: PipelineStage, params, optimizer, num_stages: int,
+                 carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int) -> None:
+        self.comm = comm
+        self.stage = stage
+        self.params = list(params)
+        self.opt = optimizer
+        self.S = num_stages
+        self.s = comm.rank
+        self.carry_in_keys = tuple(carry_in_keys)
+        self.carry_dim = carry_dim
+        self.opts = opts
+        self.seed = seed
+        self.C = len(stage.chunks)
+
+    # one message per chunk and direction: [h | carry...] concatenated along columns
+    def _pack(self, h: torch.Tensor, carry: dict, keys: tuple) -> torch.Tensor:
+        if not keys:
+            return h.detach().contiguous()
+        return torch.cat([h.detach()] + [carry[k].detach() for k in keys], dim=1).contiguous()
+
+    def _unpack(self, buf: torch.Tensor, d: int, keys: tuple) -> tuple[torch.Tensor, dict]:
+        h = buf[:, :d]
+        carry = {}
+        off = d
+        for k in keys:
+            carry[k] = buf[:, off : off + self.carry_dim]
+            off += self.carry_dim
+        return h, carry
+
+    def _width(self, d: int, keys: tuple) -> int:
+        return d + len(keys) * self.carry_dim
+
+    def train_epoch(self, epoch: int) -> PipeEpochResult:
+        """Interpret this stage's lowered action list for one epoch.
+
+        The list comes from :func:`gnnpipe.schedule.gnnpipe_schedule` lowered by
+        :func:`gnnpipe.schedule.lower`: ``RECV_*`` waits for a receive that was posted at the
+        start of the epoch (so transfers overlap compute), ``SEND_*`` posts a non-blocking
+        send that is waited for only at the end of the epoch, ``F``/``B`` compute, ``OPT``
+        steps the optimizer.
+        """
+        from gnnpipe.schedule import ActionKind, gnnpipe_schedule, lower
+
+        st = self.stage
+        comm = self.comm
+        t_start = time.perf_counter()
+        wait0 = comm.stats.wait_s if hasattr(comm, "stats") else 0.0
+        order = chunk_order(self.C, epoch, self.seed, self.opts.shuffle and not self.opts.exact)
+        actions = lower(gnnpipe_schedule(self.S, order), self.S)[self.s]
+        st.begin_epoch(epoch)
+        for p in self.params:
+            p.grad = None
+        in_keys = self.carry_in_keys
+        out_keys = st.carry_out_keys
+        in_w = self._width(st.in_dim, in_keys)
+        out_w = self._width(st.out_dim, out_keys)
+        recvs: dict[tuple, tuple] = {}
+        for a in actions:  # post every receive up front: buffers total N rows per direction
+            if a.kind == ActionKind.RECV_F:
+                buf = torch.empty(st.chunks[a.chunk].size, in_w)
+                recvs[("F", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk))
+            elif a.kind == ActionKind.RECV_B:
+                buf = torch.empty(st.chunks[a.chunk].size, out_w)
+                recvs[("B", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk + 1))
+        sends = []
+        inbox: dict[tuple, tuple] = {}
+        outbox: dict[tuple, torch.Tensor] = {}
+        bubble = 0.0
+        correct = total = 0
+        loss = 0.0
+        for a in actions:
+            k = a.chunk
+            if a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
+                tag = "F" if a.kind == ActionKind.RECV_F else "B"
+                buf, work = recvs.pop((tag, k))
+                t0 = time.perf_counter()
+                work.wait()
+                bubble += time.perf_counter() - t0
+                d = st.in_dim if tag == "F" else st.out_dim
+                inbox[(tag, k)] = self._unpack(buf, d, in_keys if tag == "F" else out_keys)
+            elif a.kind == ActionKind.F:
+                h_in, carry = inbox.pop(("F", k), (None, {}))
+                out, cout = st.forward_chunk(k, h_in, carry)
+                if st.is_last:
+                    c, t = st.train_counts(k, out)
+                    correct += c
+                    total += t
+                else:
+                    outbox[("F", k)] = self._pack(out, cout, out_keys)
+            elif a.kind == ActionKind.B:
+                g_out, gcarry = inbox.pop(("B", k), (None, {}))
+                g_in, g_cin, l = st.backward_chunk(k, g_out, gcarry)
+                loss += l
+                if self.s > 0:
+                    outbox[("B", k)] = self._pack(g_in, g_cin, in_keys)
+            elif a.kind == ActionKind.SEND_F:
+                sends.append(comm.isend(outbox.pop(("F", k)), a.peer, tag=2 * k, category="pipe_act"))
+            elif a.kind == ActionKind.SEND_B:
+                sends.append(comm.isend(outbox.pop(("B", k)), a.peer, tag=2 * k + 1, category="pipe_grad"))
+            elif a.kind == ActionKind.OPT:
+                t0 = time.perf_counter()
+                for w in sends:
+                    w.wait()
+                bubble += time.perf_counter() - t0
+                sends.clear()
+                for p in self.params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                self.opt.step()
+            else:  # pragma: no cover - the generator emits no other kinds
+                raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
+        st.end_epoch()
+        wall = time.perf_counter() - t_start
+        comm_s = (comm.stats.wait_s - wait0) if hasattr(comm, "stats") else bubble
+        return PipeEpochResult(loss, correct, total, wall - comm_s, comm_s, bubble)
+
+    @torch.no_grad()
+    def evaluate(self, epoch: int) -> dict:
+        """Exact full-graph inference: the whole graph as one chunk through every stage."""
+        st = self.stage
+        comm = self.comm
+        first, last = self.s == 0, self.s == self.S - 1
+        # Evaluation uses dedicated whole-graph blocks (built lazily once).
+        ev = self._eval_stage()
+        h_in, carry = None, {}
+        if not first:
+            buf = torch.empty(ev.N, self._width(st.in_dim, self.carry_in_keys))
+            comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
+            h_in, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
+        ev.epoch = epoch
+        for u in ev.units:
+            u.eval()
+        out, cout = ev.forward_chunk(0, h_in, carry, training=False)
+        for u in ev.units:
+            u.train()
+        counts = torch.zeros(6, dtype=torch.float64)
+        if not last:
+            comm.send(self._pack(out, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category="eval")
+        else:
+            vals = []
+            for split in ("train", "val", "test"):
+                vals.extend(accuracy_counts(out, ev.labels, ev.masks[split], multilabel=ev.multilabel))
+            counts = torch.tensor(vals, dtype=torch.float64)
+        if comm.world_size > 1:
+            comm.all_reduce(counts, op="sum", category="control")
+        c = counts.tolist()
+        return {"train_acc": c[0] / max(c[1], 1), "val_acc": c[2] / max(c[3], 1), "test_acc": c[4] / max(c[5], 1)}
+
+    def _eval_stage(self) -> PipelineStage:
+        if getattr(self, "_ev", None) is None:
+            st = self.stage
+            self._ev = PipelineStage(
+                st.units, st.first_unit, self._full_chunk, st.N, self._x, st.labels, None, st.masks,
+                st.num_train_global, st.is_last, StaleOptions(exact=True, grad_fix=False, snapshot_period=0),
+                st.seed, st.multilabel, st.carry_out_keys,
+            )
+        return self._ev
+
+
+def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
+    """Set up this rank's stage from a config: plan, relabelled graph, layer assignment."""
+    from gnnpipe.models import build_model
+    from gnnpipe.partition import assign_layers, layer_costs, relabel_graph
+
+    from gnnpipe.train import plan_for
+
+    if cfg.mode == "hybrid" and cfg.ways > 1:
+        raise GnnpipeError("--mode hybrid with more than one way is not implemented yet; use --mode pipeline or --mode graph")
+    S = cfg.stages or comm.world_size
+    if S != comm.world_size:
+        raise GnnpipeError(f"--mode pipeline runs one stage per rank: world size is {comm.world_size}, --stages is {S}")
+    C = 1 if cfg.exact else (cfg.chunks or 4 * S)
+    if C < 1:
+        raise GnnpipeError(f"--chunks must be >= 1, got {C}")
+    model = build_model(mcfg, seed=cfg.seed)
+    units = list(model.units)
+    if len(units) < S:
+        raise GnnpipeError(
+            f"{mcfg.model} with --layers {mcfg.layers} has {len(units)} layer units, fewer than "
+            f"{S} stages; use fewer stages or --mode hybrid (ways x stages)"
+        )
+    plan = plan_for(cfg, graph, 1, 0 if cfg.exact else C) if not cfg.exact else plan_for(cfg, graph, 1, 1)
+    rg = relabel_graph(graph, plan)
+    nnz = graph.features.nnz if graph.sparse_features else None
+    costs = layer_costs(mcfg.model, mcfg.layers, graph.num_features, mcfg.hidden, graph.num_nodes,
+                        graph.num_edges, graph.num_classes, sparse_nnz=nnz)
+    if len(costs) != len(units):
+        raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
+    blocks = assign_layers(costs, S)
+    a, b = blocks[comm.rank]
+    deg = rg.degrees().astype(np.float32)
+    chunk_ptr = [0, rg.num_nodes] if cfg.exact else list(plan.chunk_ptr)
+    chunks = build_chunks(rg.indptr, rg.indices, chunk_ptr, deg, orig=plan.perm)
+    opts = StaleOptions(exact=cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix and not cfg.exact,
+                        snapshot_period=0 if cfg.exact else cfg.snapshot_period)
+    is_last = comm.rank == S - 1
+    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
+    out_keys = carry_keys_after(units, b) if not is_last else ()
+    in_keys = carry_keys_after(units, a) if comm.rank > 0 else ()
+    stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, rg.features if a == 0 else None,
+                          rg.labels, None, masks, num_train, is_last, opts, cfg.seed,
+                          multilabel=graph.multilabel, carry_out_keys=out_keys)
+    params = [p for u in units[a:b] for p in u.parameters()]
+    opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay) if params else _NoOpt()
+    ex = PipelineExecutor(comm, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed)
+    ex._full_chunk = build_chunks(rg.indptr, rg.indices, [0, rg.num_nodes], deg, orig=plan.perm)
+    ex._x = rg.features if a == 0 else None
+    log.info("stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s", comm.rank, a, b, len(units), len(chunks), in_keys, out_keys)
+    return ex, plan
+
+
+class _NoOpt:
+    def step(self) -> None:
+        pass

@@ -1,0 +1,135 @@
+"""One-process reference semantics of GNNPipe's stale pipeline (the tests' oracle).
+
+Written independently of :mod:`gnnpipe.parallel.pipeline` on purpose: no stages, no chunk
+blocks with compacted neighbour lists, no communication. Each chunk aggregates over a block
+whose sources are *all* N nodes; the history of every aggregating unit is a full [N, d]
+matrix; cross-chunk gradients are read off the gradient of that whole matrix. The rules are
+the ones the pipeline module documents (chunk order, history, cross-chunk gradients scaled by
+``grad_scale`` when fresh and dropped when stale, snapshots). Because every rule is local to
+one unit, the result does not depend on how units are split into stages: the distributed
+runtime with any number of stages must reproduce it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from gnnpipe.models import RunCtx, loss_fn
+from gnnpipe.models.block import Block
+
+
+def _rows_block(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, lo: int, hi: int,
+               orig: np.ndarray) -> Block:
+    """dst = rows [lo, hi), src = every node; global ids (dropout keys) are ``orig``."""
+    n = deg.size
+    orig_t = torch.from_numpy(np.asarray(orig, dtype=np.int64))
+    ptr = np.asarray(indptr[lo : hi + 1], dtype=np.int64)
+    return Block(
+        indptr=torch.from_numpy(ptr - ptr[0]),
+        indices=torch.from_numpy(np.asarray(indices[ptr[0] : ptr[-1]], dtype=np.int64)),
+        num_src=n,
+        src_deg=torch.from_numpy(deg.astype(np.float32)),
+        dst_deg=torch.from_numpy(deg[lo:hi].astype(np.float32)),
+        dst_gid=orig_t[lo:hi].clone(),
+        src_gid=orig_t,
+        dst_in_src=torch.arange(lo, hi, dtype=torch.int64),
+    )
+
+
+def _dense(x) -> torch.Tensor:
+    if sp.issparse(x):
+        return torch.from_numpy(np.asarray(x.todense(), dtype=np.float32))
+    return torch.as_tensor(np.asarray(x, dtype=np.float32))
+
+
+class StaleReference:
+    """Trains ``model`` with the stale-pipeline rules in one process.
+
+    Args:
+        model: a :class:`gnnpipe.models.GNN`.
+        graph: the graph in relabelled ids (chunks are contiguous ranges).
+        chunk_ptr: chunk boundaries.
+        orig: original id of each relabelled id (``plan.perm``), which keys dropout masks.
+        opts: :class:`gnnpipe.parallel.pipeline.StaleOptions`.
+    """
+
+    def __init__(self, model, graph, chunk_ptr, opts, seed: int, lr: float = 0.01, weight_decay: float = 0.0,
+                 orig: np.ndarray | None = None):
+        self.model = model
+        self.g = graph
+        self.opts = opts
+        self.seed = seed
+        self.cp = [int(c) for c in chunk_ptr]
+        self.C = len(self.cp) - 1
+        deg = graph.degrees().astype(np.float32)
+        orig = np.arange(graph.num_nodes) if orig is None else orig
+        self.blocks = [_rows_block(graph.indptr, graph.indices, deg, self.cp[k], self.cp[k + 1], orig)
+                       for k in range(self.C)]
+        self.x = _dense(graph.features)
+        self.y = torch.as_tensor(np.asarray(graph.labels))
+        self.train = torch.as_tensor(np.asarray(graph.train_mask, dtype=bool))
+        self.num_train = max(int(self.train.sum()), 1)
+        n = graph.num_nodes
+        self.H = {i: torch.zeros(n, u.in_dim) for i, u in enumerate(model.units) if u.aggregates and i > 0}
+        self.G = {i: torch.zeros_like(h) for i, h in self.H.items()}
+        self.snap = None
+        self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def epoch(self, epoch: int, step: bool = True) -> float:
+        """One epoch; returns the training loss (sum over chunks)."""
+        from gnnpipe.parallel.pipeline import chunk_order
+
+        o = self.opts
+        order = chunk_order(self.C, epoch, self.seed, o.shuffle)
+        if self.snap is not None:
+            for i in self.H:
+                self.H[i].copy_(self.snap[i])
+        self.model.train()
+        self.opt.zero_grad(set_to_none=False)
+        ctx = RunCtx(training=True, epoch=epoch, seed=self.seed)
+        saved = {}
+        for k in order:
+            lo, hi = self.cp[k], self.cp[k + 1]
+            h = self.x[lo:hi]
+            carry: dict = {}
+            inputs, leaves = [], []
+            for i, u in enumerate(self.model.units):
+                if not u.aggregates:
+                    h, carry = u(h, carry, ctx, block=self.blocks[k])
+                    continue
+                if i == 0:
+                    h_src = self.x
+                else:
+                    self.H[i][lo:hi] = h.detach()
+                    full = self.H[i].clone().requires_grad_(o.grad_fix)
+                    h_src = torch.cat([full[:lo], h, full[hi:]], dim=0)
+                    leaves.append((i, full))
+                    inputs.append((i, h))
+                h, carry = u(h, carry, ctx, block=self.blocks[k], h_src=h_src)
+            loss = loss_fn(h, self.y[lo:hi], self.train[lo:hi], normalizer=self.num_train)
+            saved[k] = (loss, inputs, leaves)
+        total = 0.0
+        for k in reversed(order):
+            lo, hi = self.cp[k], self.cp[k + 1]
+            loss, inputs, leaves = saved.pop(k)
+            ts, gs = [loss], [torch.ones_like(loss)]
+            if o.grad_fix:
+                for i, h in inputs:
+                    ts.append(h)
+                    gs.append(self.G[i][lo:hi] * o.grad_scale)
+            torch.autograd.backward(ts, gs)
+            if o.grad_fix:
+                for i, full in leaves:
+                    g = full.grad.clone()
+                    g[lo:hi] = 0.0  # in-chunk rows already flowed through autograd
+                    self.G[i] += g
+            total += float(loss.detach())
+        for g in self.G.values():
+            g.zero_()
+        if o.snapshot_period and (epoch + 1) % o.snapshot_period == 0:
+            self.snap = {i: h.clone() for i, h in self.H.items()}
+        if step:
+            self.opt.step()
+        return total

@@ -1,0 +1,307 @@
+"""The trainer and ``gnnpipe-train`` (floor 4/5): epochs, evaluation, metrics, progress.
+
+Launch it any way you like; every rank runs the same command::
+
+    mpirun -np 4 gnnpipe-train                       # the README's main job (pipeline GCNII)
+    mpirun -np 4 gnnpipe-train --mode graph --dataset cora --model gcn --layers 2
+    torchrun --nproc-per-node 4 -m gnnpipe.train --mode graph ...
+    gnnpipe-train --mode graph ...                   # one process
+
+Outputs (rank 0) in ``--out`` (default ``runs/<mode>-<model>-<time>``): ``config.json`` (the
+resolved configuration, world size, dataset and plan hashes), ``metrics.jsonl`` (one line per
+epoch: ``epoch``, ``loss``, ``train_acc``, ``val_acc``/``test_acc`` when evaluated,
+``epoch_time_s``, ``compute_s``, ``comm_s``, ``bubble_s``, ``bytes_sent`` by category summed
+over ranks, ``peak_rss_mb`` max over ranks) and ``summary.json`` (test accuracy at the best
+validation accuracy).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from gnnpipe import GnnpipeError
+from gnnpipe.config import TrainConfig, parse_config
+
+log = logging.getLogger("gnnpipe.train")
+
+# Fixed order so every rank reduces the same vector.
+CATEGORIES = ("halo_fwd", "halo_bwd", "pipe_act", "pipe_grad", "allreduce", "control", "eval")
+
+
+def load_graph_for(cfg: TrainConfig):
+    """The dataset a config names: a built-in synthetic graph or a prepared directory."""
+    from gnnpipe.data.graph import Graph
+
+    if cfg.dataset in ("sbm", "rmat"):
+        from gnnpipe.data import synthetic
+
+        if cfg.dataset == "sbm":
+            return synthetic.sbm(
+                num_nodes=cfg.synth_nodes, num_classes=cfg.synth_classes,
+                avg_degree=cfg.synth_degree, homophily=0.7, num_features=cfg.synth_features,
+                feature_signal=0.5, seed=cfg.seed,
+            )
+        return synthetic.rmat(
+            num_nodes=cfg.synth_nodes, num_edges=int(cfg.synth_nodes * cfg.synth_degree),
+            num_classes=cfg.synth_classes, num_features=cfg.synth_features, seed=cfg.seed,
+        )
+    from gnnpipe.data.catalog import resolve_dataset
+
+    return Graph.load(resolve_dataset(cfg.dataset, cfg.root), mmap=True)
+
+
+def plan_for(cfg: TrainConfig, graph, parts: int, chunks: int):
+    """Load ``cfg.plan`` (checked against the dataset) or partition in memory."""
+    from gnnpipe.partition import PartitionPlan, build_plan, check_plan_matches
+
+    if cfg.plan:
+        plan = PartitionPlan.load(cfg.plan)
+        check_plan_matches(plan, graph)
+        if plan.num_parts != parts:
+            raise GnnpipeError(
+                f"plan {cfg.plan} has {plan.num_parts} parts but this run needs {parts} "
+                f"(world size / mode); partition again with --parts {parts}"
+            )
+        if chunks and plan.num_chunks != chunks:
+            raise GnnpipeError(
+                f"plan {cfg.plan} has {plan.num_chunks} chunks per part but --chunks is {chunks}"
+            )
+        return plan
+    if parts > graph.num_nodes:
+        raise GnnpipeError(f"cannot split {graph.num_nodes} nodes into {parts} parts")
+    method = cfg.method if parts > 1 or chunks > 1 else "contiguous"
+    return build_plan(graph, parts=parts, chunks=max(chunks, 1), method=method, seed=cfg.seed)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class _Reducer:
+    """Sums and maxima of per-rank epoch figures, through the communicator."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+
+    def __call__(self, sums: list[float], maxes: list[float]) -> tuple[list[float], list[float]]:
+        s = torch.tensor(sums, dtype=torch.float64)
+        m = torch.tensor(maxes, dtype=torch.float64)
+        if self.comm.world_size > 1:
+            self.comm.all_reduce(s, op="sum", category="metrics")
+            self.comm.all_reduce(m, op="max", category="metrics")
+        return s.tolist(), m.tolist()
+
+
+def build_executor(cfg: TrainConfig, comm, graph):
+    """The executor for ``cfg.mode`` on this rank, with its model and optimizer."""
+    from gnnpipe.models import ModelConfig, build_model
+
+    mcfg = ModelConfig(
+        model=cfg.model, in_dim=graph.num_features, num_classes=graph.num_classes,
+        layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, dropout=cfg.dropout,
+        alpha=cfg.alpha, lam=cfg.lam, backend=cfg.backend, multilabel=graph.multilabel,
+    )
+    world = comm.world_size
+    num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
+    if cfg.mode == "graph":
+        from gnnpipe.parallel.graph_parallel import GraphParallelExecutor, gather_feature_rows
+        from gnnpipe.partition import load_local_part
+
+        parts = cfg.parts or world
+        if parts != world:
+            raise GnnpipeError(f"--mode graph needs one rank per part: world size is {world}, parts is {parts}")
+        plan = plan_for(cfg, graph, parts, 0)
+        local = load_local_part(graph, plan, comm.rank)
+        halo_rows = plan.perm[np.asarray(local.halo.recv_ids, dtype=np.int64)]
+        halo_x = gather_feature_rows(graph.features, halo_rows)
+        model = build_model(mcfg, seed=cfg.seed)
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        ex = GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=cfg.seed,
+                                   multilabel=graph.multilabel, device=cfg.device)
+        return ex, plan
+    if cfg.mode in ("pipeline", "hybrid"):
+        from gnnpipe.parallel.pipeline import build_pipeline_executor
+
+        return build_pipeline_executor(cfg, comm, graph, mcfg, num_train)
+    raise GnnpipeError(f"unknown mode {cfg.mode!r}")
+
+
+def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool = False) -> dict:
+    """Train on this rank; returns the summary (identical on every rank).
+
+    Args:
+        cfg: the resolved configuration.
+        comm: this rank's communicator (``SingleProcessCommunicator`` for one process).
+        out: run directory (rank 0 writes ``config.json``, ``metrics.jsonl``, ``summary.json``).
+    """
+    torch.manual_seed(cfg.seed)
+    graph = load_graph_for(cfg)
+    ex, plan = build_executor(cfg, comm, graph)
+    rank0 = comm.rank == 0
+    reduce = _Reducer(comm)
+    history: list[dict] = []
+    mfile = None
+    if out is not None and rank0:
+        out.mkdir(parents=True, exist_ok=True)
+        resolved = {
+            **cfg.to_dict(),
+            "world_size": comm.world_size,
+            "dataset_name": graph.name,
+            "dataset_hash": graph.content_hash,
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "plan_params": getattr(plan, "params", None),
+        }
+        _atomic_json(out / "config.json", resolved)
+        mfile = open(out / "metrics.jsonl", "w")
+    bar = None
+    if show_progress and rank0:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
+    best = {"val_acc": -1.0, "test_acc": None, "epoch": None}
+    try:
+        for epoch in range(cfg.epochs):
+            before = comm.stats.snapshot() if hasattr(comm, "stats") else {}
+            t0 = time.perf_counter()
+            res = ex.train_epoch(epoch)
+            wall = time.perf_counter() - t0
+            evaluated = (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1
+            accs = ex.evaluate(epoch) if evaluated else None
+            after = comm.stats.snapshot() if hasattr(comm, "stats") else {}
+            sent = _bytes_delta(before, after)
+            bubble = float(getattr(res, "bubble_s", 0.0))
+            sums, maxes = reduce(
+                [res.loss, res.train_correct, res.train_total] + [sent.get(c, 0) for c in CATEGORIES],
+                [wall, res.compute_s, res.comm_s, bubble, peak_rss_mb()],
+            )
+            loss = sums[0]
+            if not np.isfinite(loss):
+                raise GnnpipeError(f"loss became {loss} at epoch {epoch} (mode {cfg.mode}); stopping")
+            rec = {
+                "epoch": epoch,
+                "loss": loss,
+                "train_acc": sums[1] / max(sums[2], 1),
+                "epoch_time_s": maxes[0],
+                "compute_s": maxes[1],
+                "comm_s": maxes[2],
+                "bubble_s": maxes[3],
+                "bytes_sent": {c: int(v) for c, v in zip(CATEGORIES, sums[3:])},
+                "peak_rss_mb": maxes[4],
+            }
+            if accs is not None:
+                rec.update(accs)
+                if accs["val_acc"] > best["val_acc"]:
+                    best = {"val_acc": accs["val_acc"], "test_acc": accs["test_acc"], "epoch": epoch}
+            history.append(rec)
+            if mfile is not None:
+                mfile.write(json.dumps(rec) + "\n")
+                mfile.flush()
+            if bar is not None:
+                post = {"loss": f"{loss:.4f}"}
+                if accs is not None:
+                    post.update(val=f"{accs['val_acc']:.3f}", test=f"{accs['test_acc']:.3f}")
+                bar.set_postfix(post)
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        if mfile is not None:
+            mfile.close()
+    summary = {
+        "best_val_acc": best["val_acc"],
+        "test_acc_at_best_val": best["test_acc"],
+        "best_epoch": best["epoch"],
+        "final_loss": history[-1]["loss"] if history else None,
+        "epochs": len(history),
+        "mean_epoch_time_s": float(np.mean([h["epoch_time_s"] for h in history[1:]] or [0.0])),
+        "history": history,
+    }
+    if out is not None and rank0:
+        _atomic_json(out / "summary.json", {k: v for k, v in summary.items() if k != "history"})
+    return summary
+
+
+def _bytes_delta(before: dict, after: dict) -> dict:
+    b = before.get("bytes_sent", {}) if before else {}
+    a = after.get("bytes_sent", {}) if after else {}
+    return {k: a.get(k, 0) - b.get(k, 0) for k in a}
+
+
+def _atomic_json(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``gnnpipe-train``: see the module docstring."""
+    from gnnpipe.comm import detect_launch, init_communicator, threads_per_rank
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    launch = detect_launch()
+    rank0 = launch.rank == 0
+    debug = "--debug" in args or os.environ.get("GNNPIPE_DEBUG") == "1"
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format=f"[rank {launch.rank}] %(levelname)s %(name)s: %(message)s",
+    )
+    if not rank0 and not debug:
+        logging.getLogger().setLevel(logging.WARNING)
+    comm = None
+    try:
+        cfg, _ = parse_config(args)
+        torch.set_num_threads(cfg.threads or threads_per_rank(launch))
+        kind = cfg.comm
+        if kind == "auto":
+            kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
+        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
+        out = Path(cfg.out) if cfg.out else Path("runs") / f"{cfg.mode}-{cfg.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if rank0:
+            log.info("world %d (%s, %s communicator), mode %s, model %s-%d d=%d, dataset %s -> %s",
+                     comm.world_size, launch.launcher, kind, cfg.mode, cfg.model, cfg.layers,
+                     cfg.hidden, cfg.dataset, out)
+        summary = train(cfg, comm, out=out, show_progress=cfg.progress)
+        if rank0:
+            print(
+                f"done: {summary['epochs']} epochs, final loss {summary['final_loss']:.4f}, "
+                f"best val acc {summary['best_val_acc']:.4f} at epoch {summary['best_epoch']}, "
+                f"test acc there {summary['test_acc_at_best_val']:.4f}, "
+                f"mean epoch {summary['mean_epoch_time_s']:.3f} s; metrics in {out}/metrics.jsonl"
+            )
+        return 0
+    except GnnpipeError as e:
+        if debug:
+            raise
+        if rank0:
+            print(f"gnnpipe-train: error: {e}", file=sys.stderr)
+        else:
+            print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr) if "rank" in str(e) else None
+        return 2
+    except KeyboardInterrupt:
+        print(f"gnnpipe-train [rank {launch.rank}]: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if comm is not None:
+            try:
+                comm.close()
+            except Exception:  # closing after a failure must not hide the failure
+                pass
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()
