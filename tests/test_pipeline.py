@@ -1,0 +1,136 @@
+"""GNNPipe pipeline on real rank processes.
+
+* exact mode equals the plain one-process full-graph run (first-step gradients of every
+  parameter, loss curve over 20 epochs);
+* stale mode equals the independent one-process reference semantics
+  (:mod:`gnnpipe.parallel.reference`), whatever the number of stages;
+* activation + gradient bytes per epoch equal ``2·s·(S−1)·|V|·d`` (×2 when GCNII's h0
+  travels), independent of depth.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+from oracle import full_graph_run, model_config  # noqa: E402
+from rankfns import _cfg, _unit_grads  # noqa: E402
+
+from gnnpipe import GnnpipeError  # noqa: E402
+from gnnpipe.models import build_model  # noqa: E402
+from gnnpipe.parallel.pipeline import StaleOptions  # noqa: E402
+from gnnpipe.parallel.reference import StaleReference  # noqa: E402
+from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
+from gnnpipe.partition.volume import pipeline_bytes  # noqa: E402
+from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.train import load_graph_for  # noqa: E402
+
+ENV = {"PYTHONPATH": str(TESTS)}
+MODELS = ["gcn", "sage", "gcnii", "resgcn+"]
+EPOCHS = 20
+
+
+def _merge_grads(ranks: list[dict]) -> dict:
+    out: dict = {}
+    for r in ranks:
+        out.update(r["grads"])
+    return out
+
+
+def stale_reference(epochs: int, chunks: int, **kw) -> dict:
+    cfg = _cfg(mode="pipeline", epochs=epochs, chunks=chunks, **kw)
+    g = load_graph_for(cfg)
+    plan = build_plan(g, parts=1, chunks=chunks, method=cfg.method, seed=cfg.seed)
+    rg = relabel_graph(g, plan)
+    model = build_model(model_config(cfg, g), seed=cfg.seed)
+    opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period)
+    ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm)
+    losses, grads = [], None
+    for e in range(epochs):
+        losses.append(ref.epoch(e))
+        if e == 0:
+            grads = _unit_grads(model.units)
+    return {"losses": losses, "grads": grads, "graph": g, "cfg": cfg}
+
+
+def _compare(ranks: list[dict], ref: dict, where: str) -> None:
+    grads = _merge_grads(ranks)
+    assert grads.keys() == ref["grads"].keys(), where
+    for k in ref["grads"]:
+        torch.testing.assert_close(grads[k], ref["grads"][k], rtol=1e-4, atol=1e-6, msg=lambda m: f"{where} grad {k}: {m}")
+    np.testing.assert_allclose(ranks[0]["losses"], ref["losses"], rtol=1e-4, err_msg=where)
+    # stages cover the units contiguously
+    spans = sorted((r["first_unit"], r["first_unit"] + r["num_units"]) for r in ranks)
+    assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+def _runs(exact: bool, layers: int = 4) -> list[dict]:
+    extra = {"exact": True} if exact else {"chunks": 5, "snapshot_period": 3}
+    return [dict(model=m, layers=layers, epochs=EPOCHS, **extra) for m in MODELS]
+
+
+@pytest.mark.parametrize("comm", ["torch", pytest.param("mpi", marks=pytest.mark.mpi)])
+@pytest.mark.parametrize("world", [2, 4])
+def test_exact_pipeline_equals_one_process(world, comm):
+    runs = _runs(exact=True)
+    res = run_ranks("rankfns:many", world, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ranks = [r[i] for r in res]
+        ref = full_graph_run(**{k: v for k, v in run.items() if k != "exact"})
+        _compare(ranks, ref, f"exact {run['model']} S={world} {comm}")
+
+
+@pytest.mark.parametrize("comm", ["torch", pytest.param("mpi", marks=pytest.mark.mpi)])
+@pytest.mark.parametrize("world", [2, 4])
+def test_stale_pipeline_equals_reference(world, comm):
+    runs = _runs(exact=False)
+    res = run_ranks("rankfns:many", world, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ranks = [r[i] for r in res]
+        ref = stale_reference(**run)
+        _compare(ranks, ref, f"stale {run['model']} S={world} {comm}")
+        # bytes per epoch: activations + gradients between consecutive stages
+        cfg = ref["cfg"]
+        h0 = cfg.model == "gcnii"
+        expect = pipeline_bytes(ranks[0]["num_nodes"], cfg.hidden, world, 4, h0=h0)
+        got = sum(r["bytes"].get("pipe_act", 0) + r["bytes"].get("pipe_grad", 0) for r in ranks)
+        assert got == expect, f"{run['model']} S={world}: {got} bytes != 2·s·(S−1)·|V|·d = {expect}"
+
+
+def test_pipeline_volume_independent_of_depth():
+    runs = [dict(model="gcnii", layers=L, epochs=1, chunks=4) for L in (4, 8)]
+    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    vols = []
+    for i in range(2):
+        ranks = [r[i] for r in res]
+        vols.append(sum(r["bytes"].get("pipe_act", 0) + r["bytes"].get("pipe_grad", 0) for r in ranks))
+    n = res[0][0]["num_nodes"]
+    assert vols[0] == vols[1] == pipeline_bytes(n, 16, 2, 4, h0=True)
+
+
+def test_stale_differs_from_exact_and_techniques_matter():
+    """The reference really is stale (else the stale tests would prove nothing)."""
+    exact = full_graph_run(epochs=3, model="gcn", layers=4)
+    stale = stale_reference(epochs=3, chunks=5, model="gcn", layers=4)
+    nofix = stale_reference(epochs=3, chunks=5, model="gcn", layers=4, grad_fix=False)
+    assert not np.allclose(exact["losses"][1:], stale["losses"][1:], rtol=1e-4)
+    assert not np.allclose(stale["losses"][1:], nofix["losses"][1:], rtol=1e-4)
+
+
+def test_bad_pipeline_inputs_fail_clearly():
+    from gnnpipe.comm import SingleProcessCommunicator
+    from gnnpipe.train import build_executor
+
+    comm = SingleProcessCommunicator()
+    g = load_graph_for(_cfg())
+    with pytest.raises(GnnpipeError, match="pipeline runs one stage per rank"):
+        build_executor(_cfg(mode="pipeline", stages=2, model="gcn", layers=4), comm, g)
+    with pytest.raises(GnnpipeError, match=r"chunks"):
+        _cfg(mode="pipeline", chunks=-1)
