@@ -723,9 +723,11 @@ class _TorchWork(Work):
 
     def _wait(self, timeout_s: float) -> None:
         comm: TorchCommunicator = self._comm  # type: ignore[assignment]
+        deadline = time.perf_counter() + timeout_s  # one limit for all the pieces
         for w in self._works:
             try:
-                w.wait(timedelta(seconds=timeout_s))
+                left = max(deadline - time.perf_counter(), 1e-3)
+                w.wait(timedelta(seconds=left))
             except RuntimeError as e:  # DistBackendError and friends
                 raise comm._translate(e, self._what, timeout_s, self._peers) from e
         self._keep = None

@@ -13,7 +13,10 @@ Each run lives in a fresh temporary directory::
     args.pt            the keyword arguments (torch.save)
     rank<k>.pid        process id of rank k, written first thing
     rank<k>.pt         rank k's return value, written atomically on success
-    rank<k>.stderr     rank k's stderr (torch) / mpirun.stderr, mpirun.stdout (mpi)
+    rank<k>.stderr     rank k's stdout and stderr (torchrun launch)
+    mpirun.stderr      every rank's output, lines prefixed "[k]" (mpirun launch)
+    mpirun.stdout
+    rendezvous         the torch file store when torch ranks run under mpirun
 
 Children run with ``OMP_NUM_THREADS=1`` (the test machines have two cores shared by every
 rank) and in their own process group, which is killed as a whole on timeout.
@@ -81,15 +84,15 @@ class RankProcesses:
 
     Attributes:
         world_size: number of ranks.
-        comm: ``"torch"`` or ``"mpi"``.
+        launcher: ``"torchrun"`` (one process per rank) or ``"mpirun"``.
         run_dir: the run's directory (see the module docstring).
-        procs: one ``Popen`` per rank (torch) or the single ``mpirun`` ``Popen`` (mpi).
+        procs: one ``Popen`` per rank (torchrun) or the single ``mpirun`` ``Popen``.
     """
 
-    def __init__(self, world_size: int, comm: str, run_dir: Path,
+    def __init__(self, world_size: int, launcher: str, run_dir: Path,
                  procs: list[subprocess.Popen], cleanup: bool) -> None:
         self.world_size = world_size
-        self.comm = comm
+        self.launcher = launcher
         self.run_dir = run_dir
         self.procs = procs
         self._cleanup = cleanup
@@ -123,8 +126,8 @@ class RankProcesses:
         return path
 
     def stderr(self, rank: int | None = None) -> str:
-        """Stderr tail of ``rank`` (torch), or of mpirun (mpi, every rank's lines)."""
-        if self.comm == "mpi":
+        """Stderr tail of ``rank`` (torchrun), or of mpirun (every rank's lines)."""
+        if self.launcher == "mpirun":
             return _tail(self.run_dir / "mpirun.stderr") + _tail(self.run_dir / "mpirun.stdout")
         return _tail(self.run_dir / f"rank{rank}.stderr")
 
@@ -152,27 +155,42 @@ class RankProcesses:
             time.sleep(0.02)
 
     def kill(self) -> None:
-        """Kills every process group this run started (no zombies)."""
+        """Kills every process this run started, launcher and ranks alike (no zombies)."""
+        import psutil
+
+        # Hydra's proxy puts itself in a session of its own, out of reach of a signal to
+        # mpirun's group: collect every descendant first, then kill them all.
+        victims: list[psutil.Process] = []
         for p in self.procs:
             if p.poll() is None:
+                try:
+                    victims += psutil.Process(p.pid).children(recursive=True)
+                except psutil.NoSuchProcess:
+                    pass
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        for v in victims:
+            try:
+                v.kill()
+            except psutil.NoSuchProcess:
+                pass
+        for k in range(self.world_size):  # ranks that re-parented themselves
+            path = self.run_dir / f"rank{k}.pid"
+            try:
+                pid = int(path.read_text())
+                # Only if the pid still belongs to this run (pids get reused).
+                if str(self.run_dir) in psutil.Process(pid).cmdline():
+                    os.kill(pid, signal.SIGKILL)
+            except (FileNotFoundError, ValueError, ProcessLookupError, psutil.Error):
+                pass
         for p in self.procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        # Ranks under mpirun are the proxy's children in the same group; make sure none
-        # outlives it (they would spin on a dead communicator).
-        for k in range(self.world_size):
-            path = self.run_dir / f"rank{k}.pid"
-            if path.exists():
-                try:
-                    os.kill(int(path.read_text()), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
+        psutil.wait_procs(victims, timeout=5)
 
     def results(self) -> list[Any]:
         """Every rank's return value, in rank order."""
@@ -187,7 +205,7 @@ class RankProcesses:
     def report(self, codes: list[int | None] | None = None) -> str:
         """Exit codes and stderr tails of every rank, for failure messages."""
         codes = [p.poll() for p in self.procs] if codes is None else codes
-        if self.comm == "mpi":
+        if self.launcher == "mpirun":
             return f"mpirun exit code {codes[0]}\n--- mpirun output ---\n{self.stderr()}"
         parts = []
         for k in range(self.world_size):
@@ -213,7 +231,8 @@ class RankProcesses:
 
 def spawn_ranks(fn: str, world_size: int, comm: str = "torch",
                 args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
-                comm_timeout_s: float = 60.0, run_dir: str | Path | None = None) -> RankProcesses:
+                comm_timeout_s: float = 60.0, run_dir: str | Path | None = None,
+                launcher: str | None = None) -> RankProcesses:
     """Starts ``world_size`` ranks running ``fn(comm, **args)`` and returns at once.
 
     Args:
@@ -226,6 +245,10 @@ def spawn_ranks(fn: str, world_size: int, comm: str = "torch",
         comm_timeout_s: the communicator's timeout in the children.
         run_dir: directory for the run's files; a fresh temporary one (removed by
             :meth:`RankProcesses.close`) by default.
+        launcher: ``"torchrun"`` (the torchrun environment, one ``Popen`` per rank) or
+            ``"mpirun"``; by default torchrun for ``comm="torch"`` and mpirun for ``"mpi"``.
+            ``comm="torch", launcher="mpirun"`` exercises the torch rendezvous under
+            mpirun: a file in the run directory named by ``GNNPIPE_RENDEZVOUS``.
 
     Returns:
         The :class:`RankProcesses`; use it as a context manager so nothing outlives the test.
@@ -234,6 +257,9 @@ def spawn_ranks(fn: str, world_size: int, comm: str = "torch",
         raise ValueError(f"comm must be 'torch' or 'mpi', got {comm!r}")
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
+    launcher = launcher or ("torchrun" if comm == "torch" else "mpirun")
+    if launcher not in ("torchrun", "mpirun") or (comm, launcher) == ("mpi", "torchrun"):
+        raise ValueError(f"cannot run comm={comm!r} under launcher={launcher!r}")
     _resolve(fn)  # fail here, in the test, rather than in every child
     cleanup = run_dir is None
     rdir = Path(tempfile.mkdtemp(prefix="gnnpipe-ranks-") if run_dir is None else run_dir)
@@ -249,7 +275,7 @@ def spawn_ranks(fn: str, world_size: int, comm: str = "torch",
              "--timeout-s", str(comm_timeout_s)]
     procs: list[subprocess.Popen] = []
     try:
-        if comm == "torch":
+        if launcher == "torchrun":
             port = str(_free_port())
             for k in range(world_size):
                 cenv = dict(base, RANK=str(k), WORLD_SIZE=str(world_size), LOCAL_RANK=str(k),
@@ -263,20 +289,22 @@ def spawn_ranks(fn: str, world_size: int, comm: str = "torch",
             # Hydra's mpirun works as root here without extra flags; -prepend-rank marks
             # every output line with its rank.
             cmd = [_mpirun(), "-prepend-rank", "-np", str(world_size)] + child
+            if comm == "torch":
+                base["GNNPIPE_RENDEZVOUS"] = str(rdir / "rendezvous")
             with open(rdir / "mpirun.stdout", "wb") as out, \
                     open(rdir / "mpirun.stderr", "wb") as err:
                 procs.append(subprocess.Popen(cmd, env=base, stdout=out, stderr=err,
                                               start_new_session=True))
     except BaseException:
-        RankProcesses(world_size, comm, rdir, procs, cleanup).close()
+        RankProcesses(world_size, launcher, rdir, procs, cleanup).close()
         raise
-    return RankProcesses(world_size, comm, rdir, procs, cleanup)
+    return RankProcesses(world_size, launcher, rdir, procs, cleanup)
 
 
 def run_ranks(fn: str, world_size: int, comm: str = "torch",
               args: Mapping[str, Any] | None = None, timeout_s: float = 120.0,
               env: Mapping[str, str] | None = None, comm_timeout_s: float = 60.0,
-              fail_grace_s: float = 15.0) -> list[Any]:
+              fail_grace_s: float = 15.0, launcher: str | None = None) -> list[Any]:
     """Runs ``fn(comm, **args)`` on ``world_size`` real ranks and returns their results.
 
     Args:
@@ -289,6 +317,7 @@ def run_ranks(fn: str, world_size: int, comm: str = "torch",
         env: extra environment variables for the children.
         comm_timeout_s: the communicator's timeout in the children.
         fail_grace_s: after one rank fails, how long the others get to exit by themselves.
+        launcher: see :func:`spawn_ranks`.
 
     Returns:
         The return values, in rank order.
@@ -297,7 +326,8 @@ def run_ranks(fn: str, world_size: int, comm: str = "torch",
         AssertionError: a rank exited non-zero or the run timed out; the message holds every
             rank's exit code and stderr tail.
     """
-    with spawn_ranks(fn, world_size, comm, args, env, comm_timeout_s) as ranks:
+    with spawn_ranks(fn, world_size, comm, args, env, comm_timeout_s,
+                     launcher=launcher) as ranks:
         codes = ranks.wait(timeout_s, fail_grace_s=fail_grace_s)
         if any(c is None for c in codes):
             ranks.kill()

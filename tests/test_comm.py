@@ -202,6 +202,17 @@ def victim(comm, run_dir: str) -> None:
         comm.recv(torch.empty(8), 1, tag=3, category="pipe_act")
 
 
+def sleeps_forever(comm) -> None:
+    comm.barrier()
+    time.sleep(600)
+
+
+def launch_report(comm) -> tuple:
+    t = torch.tensor([comm.rank + 1.0])
+    comm.all_reduce(t)
+    return comm.kind, comm.rank, comm.world_size, detect_launch().launcher, t.item()
+
+
 def fails_on_rank1(comm) -> int:
     if comm.rank == 1:
         raise ValueError("boom from rank 1")
@@ -326,7 +337,7 @@ def test_torch_world_of_one_in_process():
 
 @pytest.mark.parametrize("comm", ["torch", pytest.param("mpi", marks=pytest.mark.mpi)])
 def test_peer_that_never_answers_times_out(comm, tmp_path):
-    timeout = 1.5
+    timeout = 1.0
     res = run_ranks(_fn("never_answers"), 2, comm, args={"done_file": str(tmp_path / "done")},
                     timeout_s=60, env=CHILD_ENV, comm_timeout_s=timeout)[0]
     for op, what in [("recv", "recv from rank 1 (pipe_act, tag 7)"),
@@ -336,7 +347,7 @@ def test_peer_that_never_answers_times_out(comm, tmp_path):
         assert kind == "CommTimeoutError", (op, kind, msg)
         assert msg.startswith("rank 0: ") and what in msg and "rank 1" in msg, msg
         assert f"{timeout:.1f} s" in msg
-        assert timeout * 0.9 <= elapsed <= timeout + 2.0, (op, elapsed)
+        assert timeout * 0.9 <= elapsed <= timeout + 1.5, (op, elapsed)
 
 
 def test_sigkilled_peer_is_named_gloo(tmp_path):
@@ -376,6 +387,31 @@ def test_sigkilled_peer_mpi_does_not_hang(tmp_path):
                 time.sleep(0.05)
         # Hydra names the dead process by pid (ours wrote rank -> pid) and the signal.
         assert f"PID {pid1} " in ranks.stderr() and "signal 9" in ranks.stderr()
+
+
+@pytest.mark.slow  # ~4 s; the launch path every mpirun + --comm torch run takes
+@pytest.mark.mpi
+def test_torch_under_mpirun_meets_through_a_file():
+    res = run_ranks(_fn("launch_report"), 2, "torch", launcher="mpirun", timeout_s=60,
+                    env=CHILD_ENV, comm_timeout_s=20)
+    assert res == [("torch", 0, 2, "mpich", 3.0), ("torch", 1, 2, "mpich", 3.0)]
+
+
+@pytest.mark.slow  # ~5 s
+@pytest.mark.mpi
+def test_timeout_kills_every_process_of_the_run(tmp_path):
+    import psutil
+
+    with spawn_ranks(_fn("sleeps_forever"), 2, "mpi", env=CHILD_ENV, run_dir=tmp_path) as ranks:
+        pids = [ranks.pid(k) for k in range(2)]
+        tree = psutil.Process(ranks.procs[0].pid).children(recursive=True)
+        assert set(pids) <= {p.pid for p in tree}
+        assert None in ranks.wait(timeout_s=1.0)  # still sleeping: the run hangs
+        ranks.kill()
+        time.sleep(0.2)
+        alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, alive
+        assert ranks.procs[0].returncode is not None
 
 
 def test_run_ranks_reports_every_rank_on_failure():
