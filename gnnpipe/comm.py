@@ -584,6 +584,14 @@ class Communicator(ABC):
         with self.stats.timed("control"):
             return self._split_groups(groups, seen.get(self.rank))
 
+    def split(self, ranks: Sequence[int]) -> "Communicator | None":
+        """One sub-communicator over ``ranks`` (numbered in that order); others get ``None``.
+
+        Collective: every rank of this communicator calls it with the same ``ranks``.
+        Shorthand for ``split_groups([ranks])``.
+        """
+        return self.split_groups([list(ranks)])
+
     def close(self) -> None:
         """Releases the communicator; safe to call twice."""
         if not self._closed:
@@ -739,6 +747,9 @@ class TorchCommunicator(Communicator):
     Build it with :func:`init_communicator` (which sets up the process group), or wrap an
     existing group. Point-to-point messages use group ranks (``group_dst``/``group_src``),
     so sub-communicators number their members in the order they were given.
+
+    After a timeout Gloo closes the group's connections: later operations on it fail at
+    once (reported as such). Treat any :class:`CommError` as fatal for the run.
     """
 
     kind = "torch"
@@ -1098,6 +1109,8 @@ class MpiCommunicator(Communicator):
 
         # Split is collective over this communicator; color = group index, key = position
         # in the group, so ranks inside are numbered in the order the caller gave.
+        # (MPI has no non-blocking split, so unlike every other call this one cannot time
+        # out; hydra's mpirun ends the job when a rank dies, which unblocks it.)
         color = MPI.UNDEFINED if mine is None else mine
         key = 0 if mine is None else groups[mine].index(self.rank)
         sub = self._comm.Split(color, key)
@@ -1184,10 +1197,14 @@ def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
     if init_method is not None:
         kwargs["init_method"] = init_method
     elif "MASTER_ADDR" in env and "MASTER_PORT" in env:
-        if env is not os.environ:  # env:// reads the real environment
-            os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = (env["MASTER_ADDR"],
-                                                                    env["MASTER_PORT"])
-        kwargs["init_method"] = "env://"
+        if env is os.environ:
+            # env:// also honours torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE),
+            # where rank 0 must not open a second store on MASTER_PORT.
+            kwargs["init_method"] = "env://"
+        else:
+            addr = env["MASTER_ADDR"]
+            addr = f"[{addr}]" if ":" in addr else addr  # IPv6
+            kwargs["init_method"] = f"tcp://{addr}:{env['MASTER_PORT']}"
     elif env.get("GNNPIPE_RENDEZVOUS"):
         kwargs["init_method"] = "file://" + os.path.abspath(env["GNNPIPE_RENDEZVOUS"])
     elif launch.world_size == 1:

@@ -151,7 +151,7 @@ def suite(comm) -> dict:
     sub.barrier()
     out["sub_values"] = (t, bc, got)
     if w == 4:  # ranks in no group get None
-        other = comm.split_groups([[2, 0]])
+        other = comm.split([2, 0])
         out["sub2"] = None if other is None else (other.rank, other.global_ranks)
         if other is not None:
             x = torch.tensor([r + 1])
