@@ -38,6 +38,36 @@ log = logging.getLogger("gnnpipe.train")
 CATEGORIES = ("halo_fwd", "halo_bwd", "pipe_act", "pipe_grad", "allreduce", "control", "eval")
 
 
+class SetupError(GnnpipeError):
+    """A setup failure every rank agreed on; rank 0 reports it, the others exit quietly."""
+
+
+def agree_on_setup(comm, err: GnnpipeError | None) -> None:
+    """Every rank learns whether any rank failed to set up, and why (no rank hangs waiting).
+
+    The lowest failing rank's message is broadcast; every rank raises it, so rank 0 prints
+    it and every process exits non-zero.
+    """
+    if comm.world_size == 1:
+        if err is not None:
+            raise err
+        return
+    failing = torch.tensor([comm.rank if err is not None else comm.world_size], dtype=torch.int64)
+    comm.all_reduce(failing, op="min", category="control")
+    r = int(failing)
+    if r == comm.world_size:
+        return
+    msg = torch.zeros(2048, dtype=torch.uint8)
+    if comm.rank == r:
+        data = str(err).encode()[:2048]
+        msg[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    comm.broadcast(msg, src=r, category="control")
+    text = bytes(msg.tolist()).rstrip(b"\0").decode(errors="replace")
+    if comm.rank == r:
+        raise SetupError(str(err) if r == 0 else f"rank {r}: {err}") from err
+    raise SetupError(text if r == 0 else f"rank {r}: {text}")
+
+
 def load_graph_for(cfg: TrainConfig):
     """The dataset a config names: a built-in synthetic graph or a prepared directory."""
     from gnnpipe.data.graph import Graph
@@ -145,8 +175,13 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
         out: run directory (rank 0 writes ``config.json``, ``metrics.jsonl``, ``summary.json``).
     """
     torch.manual_seed(cfg.seed)
-    graph = load_graph_for(cfg)
-    ex, plan = build_executor(cfg, comm, graph)
+    err: GnnpipeError | None = None
+    try:
+        graph = load_graph_for(cfg)
+        ex, plan = build_executor(cfg, comm, graph)
+    except GnnpipeError as e:
+        err = e
+    agree_on_setup(comm, err)
     rank0 = comm.rank == 0
     reduce = _Reducer(comm)
     history: list[dict] = []
@@ -260,8 +295,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger().setLevel(logging.WARNING)
     comm = None
     try:
-        cfg, _ = parse_config(args)
+        if rank0:
+            cfg, _ = parse_config(args)
+        else:  # usage errors and --help: rank 0 alone speaks
+            import contextlib
+            import io
+
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                cfg, _ = parse_config(args)
         torch.set_num_threads(cfg.threads or threads_per_rank(launch))
+        torch.set_flush_denormal(True)  # deep residual stacks drift into denormals: 10x slower math
         kind = cfg.comm
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
@@ -285,8 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if rank0:
             print(f"gnnpipe-train: error: {e}", file=sys.stderr)
-        else:
-            print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr) if "rank" in str(e) else None
+        elif not isinstance(e, SetupError):  # failures of this rank alone (timeouts, dead peers)
+            print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gnnpipe-train [rank {launch.rank}]: interrupted", file=sys.stderr)

@@ -243,6 +243,15 @@ class GraphParallelExecutor:
             p.grad.copy_(flat[off : off + k].view_as(p.grad))
             off += k
 
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs from this rank (dropout and chunk order are pure
+        functions of seed and epoch, so no RNG state is needed)."""
+        return {"kind": "graph", "model": self.model.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
         """Exact full-graph inference: correct/total counts per split, summed over ranks."""

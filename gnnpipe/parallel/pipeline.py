@@ -405,6 +405,37 @@ class PipelineExecutor:
         comm_s = (comm.stats.wait_s - wait0) if hasattr(comm, "stats") else bubble
         return PipeEpochResult(loss, correct, total, wall - comm_s, comm_s, bubble)
 
+    def state_dict(self) -> dict:
+        """This stage's parameters, optimizer, history buffers and snapshot.
+
+        Cross-chunk gradient buffers are empty between epochs and chunk order and dropout
+        are pure functions of (seed, epoch), so this is everything a resume needs.
+        """
+        st = self.stage
+        return {
+            "kind": "pipeline",
+            "first_unit": st.first_unit,
+            "units": [u.state_dict() for u in st.units],
+            "opt": self.opt.state_dict() if hasattr(self.opt, "state_dict") else {},
+            "hist": {k: v.clone() for k, v in st.hist.items()},
+            "snap": None if st.snap is None else {k: v.clone() for k, v in st.snap.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        st = self.stage
+        if state.get("first_unit") != st.first_unit or len(state["units"]) != len(st.units):
+            raise GnnpipeError(
+                f"checkpoint holds units from {state.get('first_unit')} ({len(state['units'])} units) "
+                f"but this stage runs units from {st.first_unit} ({len(st.units)} units)"
+            )
+        for u, sd in zip(st.units, state["units"]):
+            u.load_state_dict(sd)
+        if hasattr(self.opt, "load_state_dict"):
+            self.opt.load_state_dict(state["opt"])
+        for k, v in state["hist"].items():
+            st.hist[k].copy_(v)
+        st.snap = None if state["snap"] is None else {k: v.clone() for k, v in state["snap"].items()}
+
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
         """Exact full-graph inference: the whole graph as one chunk through every stage."""
