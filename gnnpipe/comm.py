@@ -914,20 +914,26 @@ class TorchCommunicator(Communicator):
 def _poll(requests: list[Any], timeout_s: float, on_timeout: Callable[[], Exception]) -> None:
     """Waits for all MPI requests, polling so that a deadline can be enforced.
 
-    Spins briefly (messages often complete within microseconds), then sleeps with a
-    doubling back-off capped at 1 ms so that an oversubscribed core is not burnt.
+    MPI makes progress on non-blocking collectives only inside MPI calls, so the first
+    10 ms poll continuously, yielding the core between tests (an oversubscribed core goes
+    to whoever needs it); after that, sleeps with a doubling back-off capped at 1 ms keep
+    a long wait from burning a core. Measured on 2 ranks: a 4 MB-per-peer Ialltoallv took
+    3.6 ms with sleeps from the start and 0.2 ms when polled continuously.
     """
     from mpi4py import MPI
 
     if not requests:
         return
-    deadline = time.perf_counter() + timeout_s
-    spins, nap = 0, 0.0
+    start = time.perf_counter()
+    deadline = start + timeout_s
+    nap = 0.0
     while not MPI.Request.Testall(requests):
-        if time.perf_counter() > deadline:
+        now = time.perf_counter()
+        if now > deadline:
             raise on_timeout()
-        spins += 1
-        if spins > 100:
+        if now - start < 0.01:
+            os.sched_yield()
+        else:
             nap = min(max(2 * nap, 1e-5), 1e-3)
             time.sleep(nap)
 
