@@ -60,7 +60,8 @@ def graph_parallel_run(comm, epochs: int = 3, **kw) -> dict:
 
 def pipeline_run(comm, epochs: int = 3, **kw) -> dict:
     """Per stage: its unit range, first-epoch gradients, loss curve, bytes of epoch 0."""
-    cfg = _cfg(mode="pipeline", epochs=epochs, **kw)
+    kw.setdefault("mode", "pipeline")
+    cfg = _cfg(epochs=epochs, **kw)
     graph = load_graph_for(cfg)
     ex, plan = build_executor(cfg, comm, graph)
     a = ex.stage.first_unit

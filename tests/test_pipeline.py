@@ -44,20 +44,20 @@ def _merge_grads(ranks: list[dict]) -> dict:
     return out
 
 
-def stale_reference(epochs: int, chunks: int, **kw) -> dict:
+def stale_reference(epochs: int, chunks: int, ways: int = 1, **kw) -> dict:
     cfg = _cfg(mode="pipeline", epochs=epochs, chunks=chunks, **kw)
     g = load_graph_for(cfg)
-    plan = build_plan(g, parts=1, chunks=chunks, method=cfg.method, seed=cfg.seed)
+    plan = build_plan(g, parts=ways, chunks=chunks, method=cfg.method, seed=cfg.seed)
     rg = relabel_graph(g, plan)
     model = build_model(model_config(cfg, g), seed=cfg.seed)
     opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period)
-    ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm)
+    ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm, ways=ways)
     losses, grads = [], None
     for e in range(epochs):
         losses.append(ref.epoch(e))
         if e == 0:
             grads = _unit_grads(model.units)
-    return {"losses": losses, "grads": grads, "graph": g, "cfg": cfg}
+    return {"losses": losses, "grads": grads, "graph": g, "cfg": cfg, "plan": plan, "relabelled": rg}
 
 
 def _compare(ranks: list[dict], ref: dict, where: str) -> None:
@@ -134,3 +134,47 @@ def test_bad_pipeline_inputs_fail_clearly():
         build_executor(_cfg(mode="pipeline", stages=2, model="gcn", layers=4), comm, g)
     with pytest.raises(GnnpipeError, match=r"chunks"):
         _cfg(mode="pipeline", chunks=-1)
+
+
+HYBRID_MODELS = ["gcn", "gcnii", "resgcn+"]
+
+
+@pytest.mark.parametrize("comm", ["torch", pytest.param("mpi", marks=pytest.mark.mpi)])
+def test_hybrid_exact_equals_one_process(comm):
+    runs = [dict(model=m, layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, exact=True) for m in HYBRID_MODELS]
+    res = run_ranks("rankfns:many", 4, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ranks = [r[i] for r in res]
+        ref = full_graph_run(model=run["model"], layers=4, epochs=EPOCHS)
+        _compare(ranks[:2], ref, f"exact hybrid {run['model']} 2x2 {comm}")
+        _compare(ranks[2:], ref, f"exact hybrid {run['model']} 2x2 {comm} (way 1)")
+
+
+@pytest.mark.parametrize("comm", ["torch", pytest.param("mpi", marks=pytest.mark.mpi)])
+def test_hybrid_stale_equals_reference_with_ways(comm):
+    from gnnpipe.parallel.chunks import build_chunks
+
+    runs = [dict(model=m, layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4)
+            for m in HYBRID_MODELS]
+    res = run_ranks("rankfns:many", 4, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ranks = [r[i] for r in res]
+        kw = {k: v for k, v in run.items() if k not in ("mode", "stages")}
+        ref = stale_reference(**kw)
+        _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {comm}")
+        # halo bytes: every slot, every aggregating unit whose input is trained, each way's
+        # chunk receives its remote neighbour rows forward and returns their gradients.
+        rg, plan, cfg = ref["relabelled"], ref["plan"], ref["cfg"]
+        chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr)
+        pp = np.asarray(plan.part_ptr)
+        remote = 0
+        for c, ch in enumerate(chunks):
+            w = c // 3
+            ids = ch.nbr_ids.numpy()
+            remote += int(((ids < pp[w]) | (ids >= pp[w + 1])).sum())
+        n_ex = 4 if cfg.model != "gcn" else 3  # gcn's first layer reads constant features
+        expect = 2 * 4 * remote * cfg.hidden * n_ex
+        got = sum(r["bytes"].get("halo_fwd", 0) + r["bytes"].get("halo_bwd", 0) for r in ranks)
+        assert got == expect, f"{run['model']}: hybrid halo bytes {got} != {expect}"
+        pipe = sum(r["bytes"].get("pipe_act", 0) + r["bytes"].get("pipe_grad", 0) for r in ranks)
+        assert pipe == pipeline_bytes(rg.num_nodes, cfg.hidden, 2, 4, h0=cfg.model == "gcnii")

@@ -73,14 +73,14 @@ class _HaloExchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h_local: torch.Tensor, ex: "HaloExchanger") -> torch.Tensor:
         ctx.ex = ex
-        return torch.cat([h_local, ex.exchange(h_local, "halo_fwd")], dim=0)
+        return torch.cat([h_local, ex.exchange(h_local, ex.fwd_category)], dim=0)
 
     @staticmethod
     def backward(ctx, grad_src: torch.Tensor):
         ex: HaloExchanger = ctx.ex
         n = ex.num_local
         grad_local = grad_src[:n].clone()
-        ex.return_grads(grad_src[n:].contiguous(), grad_local, "halo_bwd")
+        ex.return_grads(grad_src[n:].contiguous(), grad_local, ex.bwd_category)
         return grad_local, None
 
 
@@ -94,8 +94,11 @@ class HaloExchanger:
         recv_counts: per peer, halo rows received (halo rows are ordered by owner).
     """
 
-    def __init__(self, comm, num_local: int, send_idx: list, recv_counts) -> None:
+    def __init__(self, comm, num_local: int, send_idx: list, recv_counts,
+                 fwd_category: str = "halo_fwd", bwd_category: str = "halo_bwd") -> None:
         self.comm = comm
+        self.fwd_category = fwd_category
+        self.bwd_category = bwd_category
         self.num_local = int(num_local)
         self.send_idx = [torch.as_tensor(np.asarray(s, dtype=np.int64)) for s in send_idx]
         self.recv_counts = [int(c) for c in recv_counts]

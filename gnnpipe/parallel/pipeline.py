@@ -84,6 +84,91 @@ class _ChunkState:
     loss: torch.Tensor | None = None
 
 
+@dataclass(eq=False)
+class WayLink:
+    """How one stage of one way reaches the same stage of the other ways (hybrid mode).
+
+    Every way processes its local chunk ``k`` at the same slot of the epoch (one chunk order
+    for all), so at each aggregating unit the ways exchange, for chunk ``k``, the boundary rows
+    of their history buffers (fresh for chunks already processed this epoch, this slot
+    included, stale otherwise), and in backward the gradients of those rows go back to their
+    owners' cross-chunk gradient buffers (visible from the next slot on, like every other
+    cross-chunk gradient).
+
+    Attributes:
+        comm: the stage communicator (rank = way).
+        lo, hi: this way's part (relabelled id range).
+        recv_ids[k][q]: ids of way q's part that local chunk k of this way needs (sorted).
+        recv_pos[k][q]: their positions in chunk k's ``nbr_ids``.
+        send_ids[k][q]: ids of this way's part that chunk k of way q needs (sorted).
+        exchanger: exact mode: the autograd halo exchange of the whole part.
+    """
+
+    comm: object
+    lo: int
+    hi: int
+    recv_ids: list
+    recv_pos: list
+    send_ids: list
+    exchanger: object = None
+
+    def exchange_rows(self, hist: torch.Tensor, k: int) -> None:
+        """Overwrite chunk k's remote neighbour rows of ``hist`` with the owners' rows."""
+        d = hist.shape[1]
+        send = [hist.index_select(0, ids) for ids in self.send_ids[k]]
+        recv = [hist.new_empty((ids.numel(), d)) for ids in self.recv_ids[k]]
+        self.comm.all_to_all(send, recv, category="halo_fwd")
+        for ids, rows in zip(self.recv_ids[k], recv):
+            if ids.numel():
+                hist.index_copy_(0, ids, rows)
+
+    def return_grads(self, gacc: torch.Tensor, nbr_ids: torch.Tensor, grad: torch.Tensor, k: int) -> None:
+        """Own-part rows of ``grad`` into ``gacc``; remote rows to their owners' ``gacc``."""
+        own = (nbr_ids >= self.lo) & (nbr_ids < self.hi)
+        if bool(own.any()):
+            gacc.index_add_(0, nbr_ids[own], grad[own])
+        d = gacc.shape[1]
+        send = [grad.index_select(0, pos) for pos in self.recv_pos[k]]
+        recv = [gacc.new_empty((ids.numel(), d)) for ids in self.send_ids[k]]
+        self.comm.all_to_all(send, recv, category="halo_bwd")
+        for ids, rows in zip(self.send_ids[k], recv):
+            if ids.numel():
+                gacc.index_add_(0, ids, rows)
+
+
+def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool) -> WayLink:
+    """The :class:`WayLink` of ``way`` from every way's chunks (all ranks know the plan)."""
+    from gnnpipe.parallel.graph_parallel import HaloExchanger
+
+    D, C = plan.num_parts, chunks_per_way
+    part_ptr = np.asarray(plan.part_ptr, dtype=np.int64)
+    lo, hi = int(part_ptr[way]), int(part_ptr[way + 1])
+
+    def by_owner(ids: np.ndarray) -> list[np.ndarray]:
+        owner = np.searchsorted(part_ptr, ids, side="right") - 1
+        return [ids[owner == q] for q in range(D)]
+
+    recv_ids, recv_pos, send_ids = [], [], []
+    for k in range(C):
+        mine = chunks_all[way * C + k].nbr_ids.numpy()
+        groups = by_owner(mine)
+        groups[way] = groups[way][:0]
+        recv_ids.append([torch.from_numpy(g) for g in groups])
+        recv_pos.append([torch.from_numpy(np.searchsorted(mine, g)) for g in groups])
+        sends = []
+        for q in range(D):
+            theirs = chunks_all[q * C + k].nbr_ids.numpy()
+            sends.append(torch.from_numpy(theirs[(theirs >= lo) & (theirs < hi)] if q != way else theirs[:0]))
+        send_ids.append(sends)
+    link = WayLink(cross, lo, hi, recv_ids, recv_pos, send_ids)
+    if exact:
+        if C != 1:
+            raise GnnpipeError("internal: exact hybrid runs one chunk per way")
+        link.exchanger = HaloExchanger(cross, hi - lo, [(ids - lo).numpy() for ids in send_ids[0]],
+                                       [ids.numel() for ids in recv_ids[0]])
+    return link
+
+
 class PipelineStage:
     """Compute of one stage: its units, history buffers and cross-chunk gradient buffers.
 
@@ -100,13 +185,15 @@ class PipelineStage:
         labels, train_mask: only used on the last stage (``is_last``).
         num_train_global: loss normaliser (training nodes in the whole graph).
         carry_out_keys: carry tensors to hand to the next stage.
+        way: hybrid mode: this stage's link to the other ways (None for one way).
     """
 
     def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
                  labels, train_mask, masks: dict, num_train_global: int, is_last: bool,
                  opts: StaleOptions, seed: int, multilabel: bool = False,
-                 carry_out_keys: tuple = ()) -> None:
+                 carry_out_keys: tuple = (), way: WayLink | None = None) -> None:
         self.units = list(units)
+        self.way = way
         self.first_unit = first_unit
         self.chunks = chunks
         self.N = int(num_nodes)
@@ -123,8 +210,9 @@ class PipelineStage:
         self.hist: dict[int, torch.Tensor] = {}
         self.gacc: dict[int, torch.Tensor] = {}
         self.snap: dict[int, torch.Tensor] | None = None
+        needs_history = any(ch.nbr_ids.numel() for ch in chunks) and not (way is not None and way.exchanger is not None)
         for pos, u in enumerate(self.units):
-            if u.aggregates and not (first_unit == 0 and pos == 0):
+            if u.aggregates and not (first_unit == 0 and pos == 0) and (needs_history or way is not None and way.exchanger is None):
                 self.hist[pos] = torch.zeros(self.N, u.in_dim)
                 if opts.grad_fix:
                     self.gacc[pos] = torch.zeros(self.N, u.in_dim)
@@ -190,12 +278,24 @@ class PipelineStage:
             if u.aggregates:
                 if self.first_unit == 0 and pos == 0:
                     h_src = self.x_src[k]
+                elif self.way is not None and self.way.exchanger is not None:
+                    # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
+                    # and their gradients return inside autograd, as in graph parallelism.
+                    from gnnpipe.parallel.graph_parallel import _HaloExchange
+
+                    h_src = _HaloExchange.apply(h, self.way.exchanger)
+                elif pos not in self.hist:  # one chunk spanning every node: nothing outside it
+                    h_src = h
                 else:
                     hist = self.hist[pos]
                     if training:
                         hist[ch.lo : ch.hi] = h.detach()
+                    if self.way is not None:
+                        self.way.exchange_rows(hist, k)
                     nbr = hist.index_select(0, ch.nbr_ids)
-                    if training and self.opts.grad_fix and nbr.numel():
+                    # With several ways every unit must take part in the backward exchange,
+                    # even with no neighbour rows, so the collectives line up.
+                    if training and self.opts.grad_fix and (nbr.numel() or self.way is not None):
                         nbr.requires_grad_(True)
                         st.nbr_leaves.append((pos, nbr))
                     if training and pos in self.gacc:
@@ -238,8 +338,11 @@ class PipelineStage:
                 grads.append(g * self.opts.grad_scale)
         torch.autograd.backward(tensors, grads)
         for pos, leaf in st.nbr_leaves:
-            if leaf.grad is not None:
-                self.gacc[pos].index_add_(0, ch.nbr_ids, leaf.grad)
+            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            if self.way is not None:
+                self.way.return_grads(self.gacc[pos], ch.nbr_ids, grad, k)
+            elif leaf.grad is not None:
+                self.gacc[pos].index_add_(0, ch.nbr_ids, grad)
         grad_in = st.h_in.grad if st.h_in is not None else None
         if grad_in is None and st.h_in is not None:
             grad_in = torch.zeros_like(st.h_in)
@@ -283,6 +386,8 @@ class PipelineExecutor:
 
     Args:
         comm: communicator of this pipeline (ranks = stages, in order).
+        cross: hybrid mode: the stage communicator across ways (weight all-reduce).
+        world: the world communicator (evaluation counts); ``comm`` by default.
         stage: the :class:`PipelineStage` of this rank.
         model: the whole model (this rank only steps its own units' parameters).
         optimizer: over this stage's parameters.
@@ -290,8 +395,11 @@ class PipelineExecutor:
     """
 
     def __init__(self, comm, stage: PipelineStage, params, optimizer, num_stages: int,
-                 carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int) -> None:
+                 carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int,
+                 cross=None, world=None) -> None:
         self.comm = comm
+        self.cross = cross
+        self.world = world if world is not None else comm
         self.stage = stage
         self.params = list(params)
         self.opt = optimizer
@@ -397,6 +505,13 @@ class PipelineExecutor:
                 for p in self.params:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
+                if self.cross is not None and self.params:
+                    flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+                    self.cross.all_reduce(flat, op="sum", category="allreduce")
+                    off = 0
+                    for p in self.params:
+                        p.grad.copy_(flat[off : off + p.numel()].view_as(p.grad))
+                        off += p.numel()
                 self.opt.step()
             else:  # pragma: no cover - the generator emits no other kinds
                 raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
@@ -445,8 +560,9 @@ class PipelineExecutor:
         # Evaluation uses dedicated whole-graph blocks (built lazily once).
         ev = self._eval_stage()
         h_in, carry = None, {}
+        ch = ev.chunks[0]
         if not first:
-            buf = torch.empty(ev.N, self._width(st.in_dim, self.carry_in_keys))
+            buf = torch.empty(ch.size, self._width(st.in_dim, self.carry_in_keys))
             comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
             h_in, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
         ev.epoch = epoch
@@ -461,10 +577,11 @@ class PipelineExecutor:
         else:
             vals = []
             for split in ("train", "val", "test"):
-                vals.extend(accuracy_counts(out, ev.labels, ev.masks[split], multilabel=ev.multilabel))
+                vals.extend(accuracy_counts(out, ev.labels[ch.lo : ch.hi], ev.masks[split][ch.lo : ch.hi],
+                                            multilabel=ev.multilabel))
             counts = torch.tensor(vals, dtype=torch.float64)
-        if comm.world_size > 1:
-            comm.all_reduce(counts, op="sum", category="control")
+        if self.world.world_size > 1:
+            self.world.all_reduce(counts, op="sum", category="control")
         c = counts.tolist()
         return {"train_acc": c[0] / max(c[1], 1), "val_acc": c[2] / max(c[3], 1), "test_acc": c[4] / max(c[5], 1)}
 
@@ -474,26 +591,34 @@ class PipelineExecutor:
             self._ev = PipelineStage(
                 st.units, st.first_unit, self._full_chunk, st.N, self._x, st.labels, None, st.masks,
                 st.num_train_global, st.is_last, StaleOptions(exact=True, grad_fix=False, snapshot_period=0),
-                st.seed, st.multilabel, st.carry_out_keys,
+                st.seed, st.multilabel, st.carry_out_keys, way=self._eval_link,
             )
         return self._ev
 
 
 def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
-    """Set up this rank's stage from a config: plan, relabelled graph, layer assignment."""
-    from gnnpipe.models import build_model
-    from gnnpipe.partition import assign_layers, layer_costs, relabel_graph
+    """Set up this rank's stage from a config: topology, plan, relabelled graph, layers.
 
+    Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's parts)
+    of ``S`` stages, ``rank = way·S + stage``.
+    """
+    from gnnpipe.models import build_model
+    from gnnpipe.parallel.topology import Topology, build_groups
+    from gnnpipe.partition import assign_layers, layer_costs, relabel_graph
     from gnnpipe.train import plan_for
 
-    if cfg.mode == "hybrid" and cfg.ways > 1:
-        raise GnnpipeError("--mode hybrid with more than one way is not implemented yet; use --mode pipeline or --mode graph")
-    S = cfg.stages or comm.world_size
-    if S != comm.world_size:
+    hybrid = cfg.mode == "hybrid"
+    D = cfg.ways if hybrid else 1
+    if hybrid and D < 2:
+        raise GnnpipeError("--mode hybrid needs --ways >= 2 (one way is --mode pipeline)")
+    if not hybrid and cfg.ways != 1:
+        raise GnnpipeError(f"--ways {cfg.ways} applies to --mode hybrid only")
+    S = cfg.stages or max(comm.world_size // D, 1)
+    if not hybrid and S != comm.world_size:
         raise GnnpipeError(f"--mode pipeline runs one stage per rank: world size is {comm.world_size}, --stages is {S}")
+    topo = Topology(D, S, comm.world_size)
+    way, s_idx = topo.coords(comm.rank)
     C = 1 if cfg.exact else (cfg.chunks or 4 * S)
-    if C < 1:
-        raise GnnpipeError(f"--chunks must be >= 1, got {C}")
     model = build_model(mcfg, seed=cfg.seed)
     units = list(model.units)
     if len(units) < S:
@@ -501,33 +626,41 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
             f"{mcfg.model} with --layers {mcfg.layers} has {len(units)} layer units, fewer than "
             f"{S} stages; use fewer stages or --mode hybrid (ways x stages)"
         )
-    plan = plan_for(cfg, graph, 1, 0 if cfg.exact else C) if not cfg.exact else plan_for(cfg, graph, 1, 1)
+    plan = plan_for(cfg, graph, D, C)
     rg = relabel_graph(graph, plan)
     nnz = graph.features.nnz if graph.sparse_features else None
     costs = layer_costs(mcfg.model, mcfg.layers, graph.num_features, mcfg.hidden, graph.num_nodes,
                         graph.num_edges, graph.num_classes, sparse_nnz=nnz)
     if len(costs) != len(units):
         raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
-    blocks = assign_layers(costs, S)
-    a, b = blocks[comm.rank]
+    a, b = assign_layers(costs, S)[s_idx]
     deg = rg.degrees().astype(np.float32)
-    chunk_ptr = [0, rg.num_nodes] if cfg.exact else list(plan.chunk_ptr)
-    chunks = build_chunks(rg.indptr, rg.indices, chunk_ptr, deg, orig=plan.perm)
+    chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm)
+    chunks = chunks_all[way * C : (way + 1) * C]
+    pipe, cross = build_groups(comm, topo)
+    link = build_way_link(cross, plan, chunks_all, way, C, cfg.exact) if D > 1 else None
     opts = StaleOptions(exact=cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix and not cfg.exact,
                         snapshot_period=0 if cfg.exact else cfg.snapshot_period)
-    is_last = comm.rank == S - 1
+    is_last = s_idx == S - 1
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     out_keys = carry_keys_after(units, b) if not is_last else ()
-    in_keys = carry_keys_after(units, a) if comm.rank > 0 else ()
+    in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
     stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, rg.features if a == 0 else None,
                           rg.labels, None, masks, num_train, is_last, opts, cfg.seed,
-                          multilabel=graph.multilabel, carry_out_keys=out_keys)
+                          multilabel=graph.multilabel, carry_out_keys=out_keys, way=link)
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay) if params else _NoOpt()
-    ex = PipelineExecutor(comm, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed)
-    ex._full_chunk = build_chunks(rg.indptr, rg.indices, [0, rg.num_nodes], deg, orig=plan.perm)
+    ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed,
+                          cross=cross, world=comm)
+    # Exact evaluation: each way's whole part as one chunk (the whole graph with one way).
+    part_chunks = build_chunks(rg.indptr, rg.indices, plan.part_ptr, deg, orig=plan.perm)
+    ex._full_chunk = part_chunks[way : way + 1]
+    ex._eval_link = build_way_link(cross, plan, part_chunks, way, 1, True) if D > 1 else None
+    if ex._eval_link is not None:
+        ex._eval_link.exchanger.fwd_category = "eval"
     ex._x = rg.features if a == 0 else None
-    log.info("stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s", comm.rank, a, b, len(units), len(chunks), in_keys, out_keys)
+    log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
+             way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
     return ex, plan
 
 

@@ -52,17 +52,21 @@ class StaleReference:
         graph: the graph in relabelled ids (chunks are contiguous ranges).
         chunk_ptr: chunk boundaries.
         orig: original id of each relabelled id (``plan.perm``), which keys dropout masks.
+        ways: hybrid ways D (``chunk_ptr`` then holds C chunks per way, way-major).
         opts: :class:`gnnpipe.parallel.pipeline.StaleOptions`.
     """
 
     def __init__(self, model, graph, chunk_ptr, opts, seed: int, lr: float = 0.01, weight_decay: float = 0.0,
-                 orig: np.ndarray | None = None):
+                 orig: np.ndarray | None = None, ways: int = 1):
         self.model = model
         self.g = graph
         self.opts = opts
         self.seed = seed
         self.cp = [int(c) for c in chunk_ptr]
         self.C = len(self.cp) - 1
+        self.ways = ways
+        if self.C % ways:
+            raise ValueError(f"{self.C} chunks do not split evenly over {ways} ways")
         deg = graph.degrees().astype(np.float32)
         orig = np.arange(graph.num_nodes) if orig is None else orig
         self.blocks = [_rows_block(graph.indptr, graph.indices, deg, self.cp[k], self.cp[k + 1], orig)
@@ -78,11 +82,20 @@ class StaleReference:
         self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
 
     def epoch(self, epoch: int, step: bool = True) -> float:
-        """One epoch; returns the training loss (sum over chunks)."""
+        """One epoch; returns the training loss (sum over chunks).
+
+        With ``ways`` D > 1 (hybrid), the ``D·C`` chunks are ``C`` per way and slot ``i``
+        of the epoch processes local chunk ``order[i]`` of every way together, unit by unit:
+        every way writes its rows into the history first, then every way aggregates (so rows
+        of other ways' slot-``i`` chunks are fresh). In backward, the cross-chunk gradients
+        a slot produces become visible from the next slot on.
+        """
         from gnnpipe.parallel.pipeline import chunk_order
 
         o = self.opts
-        order = chunk_order(self.C, epoch, self.seed, o.shuffle)
+        D = self.ways
+        C = self.C // D
+        order = chunk_order(C, epoch, self.seed, o.shuffle)
         if self.snap is not None:
             for i in self.H:
                 self.H[i].copy_(self.snap[i])
@@ -91,41 +104,54 @@ class StaleReference:
         ctx = RunCtx(training=True, epoch=epoch, seed=self.seed)
         saved = {}
         for k in order:
-            lo, hi = self.cp[k], self.cp[k + 1]
-            h = self.x[lo:hi]
-            carry: dict = {}
-            inputs, leaves = [], []
+            slot = [w * C + k for w in range(D)]
+            hs = {c: self.x[self.cp[c] : self.cp[c + 1]] for c in slot}
+            carries: dict = {c: {} for c in slot}
+            inputs: dict = {c: [] for c in slot}
+            leaves: dict = {c: [] for c in slot}
             for i, u in enumerate(self.model.units):
-                if not u.aggregates:
-                    h, carry = u(h, carry, ctx, block=self.blocks[k])
-                    continue
-                if i == 0:
-                    h_src = self.x
-                else:
-                    self.H[i][lo:hi] = h.detach()
-                    full = self.H[i].clone().requires_grad_(o.grad_fix)
-                    h_src = torch.cat([full[:lo], h, full[hi:]], dim=0)
-                    leaves.append((i, full))
-                    inputs.append((i, h))
-                h, carry = u(h, carry, ctx, block=self.blocks[k], h_src=h_src)
-            loss = loss_fn(h, self.y[lo:hi], self.train[lo:hi], normalizer=self.num_train)
-            saved[k] = (loss, inputs, leaves)
+                if u.aggregates and i > 0:
+                    for c in slot:
+                        self.H[i][self.cp[c] : self.cp[c + 1]] = hs[c].detach()
+                for c in slot:
+                    lo, hi = self.cp[c], self.cp[c + 1]
+                    h = hs[c]
+                    if not u.aggregates:
+                        hs[c], carries[c] = u(h, carries[c], ctx, block=self.blocks[c])
+                        continue
+                    if i == 0:
+                        h_src = self.x
+                    else:
+                        full = self.H[i].clone().requires_grad_(o.grad_fix)
+                        h_src = torch.cat([full[:lo], h, full[hi:]], dim=0)
+                        leaves[c].append((i, full))
+                        inputs[c].append((i, h))
+                    hs[c], carries[c] = u(h, carries[c], ctx, block=self.blocks[c], h_src=h_src)
+            for c in slot:
+                lo, hi = self.cp[c], self.cp[c + 1]
+                loss = loss_fn(hs[c], self.y[lo:hi], self.train[lo:hi], normalizer=self.num_train)
+                saved[c] = (loss, inputs[c], leaves[c])
         total = 0.0
         for k in reversed(order):
-            lo, hi = self.cp[k], self.cp[k + 1]
-            loss, inputs, leaves = saved.pop(k)
-            ts, gs = [loss], [torch.ones_like(loss)]
-            if o.grad_fix:
-                for i, h in inputs:
-                    ts.append(h)
-                    gs.append(self.G[i][lo:hi] * o.grad_scale)
-            torch.autograd.backward(ts, gs)
-            if o.grad_fix:
-                for i, full in leaves:
-                    g = full.grad.clone()
-                    g[lo:hi] = 0.0  # in-chunk rows already flowed through autograd
-                    self.G[i] += g
-            total += float(loss.detach())
+            slot = [w * C + k for w in range(D)]
+            produced = []
+            for c in slot:
+                lo, hi = self.cp[c], self.cp[c + 1]
+                loss, inputs, leaves = saved.pop(c)
+                ts, gs = [loss], [torch.ones_like(loss)]
+                if o.grad_fix:
+                    for i, h in inputs:
+                        ts.append(h)
+                        gs.append(self.G[i][lo:hi] * o.grad_scale)
+                torch.autograd.backward(ts, gs)
+                if o.grad_fix:
+                    for i, full in leaves:
+                        g = full.grad.clone()
+                        g[lo:hi] = 0.0  # in-chunk rows already flowed through autograd
+                        produced.append((i, g))
+                total += float(loss.detach())
+            for i, g in produced:  # visible from the next slot on
+                self.G[i] += g
         for g in self.G.values():
             g.zero_()
         if o.snapshot_period and (epoch + 1) % o.snapshot_period == 0:
