@@ -29,12 +29,12 @@ class TrainConfig:
     """Everything a training run depends on (written to ``<out>/config.json``)."""
 
     dataset: str = _f("sbm", "prepared dataset name (under --root) or directory; 'sbm' / 'rmat' generate the built-in synthetic graph")
-    root: str | None = _f(None, "folder of prepared datasets (default: $GNNPIPE_DATA_ROOT or <repo>/datasets)")
+    root: str | None = _f(None, "folder of prepared datasets; unset: $GNNPIPE_DATA_ROOT or <repo>/datasets")
     synth_nodes: int = _f(20000, "nodes of the built-in synthetic graph")
     synth_degree: float = _f(10.0, "average degree of the built-in synthetic graph")
     synth_classes: int = _f(8, "classes of the built-in synthetic graph")
     synth_features: int = _f(32, "feature width of the built-in synthetic graph")
-    plan: str | None = _f(None, "partition plan directory (default: partition on the fly in memory)")
+    plan: str | None = _f(None, "partition plan directory; unset: partition on the fly in memory")
     mode: str = _f("pipeline", "parallelism", choices=MODES)
     model: str = _f("gcnii", "model type", choices=MODELS)
     backend: str = _f("pyg", "layer library", choices=("pyg", "dgl"))
@@ -62,7 +62,7 @@ class TrainConfig:
     device: str = _f("cpu", "cpu or cuda", choices=("cpu", "cuda"))
     threads: int = _f(0, "intra-op threads per rank (0: cores / ranks on this host)")
     timeout: float = _f(60.0, "seconds a rank waits on a peer before failing")
-    out: str | None = _f(None, "run directory for config.json and metrics.jsonl (default runs/<time>)")
+    out: str | None = _f(None, "run directory for config.json and metrics.jsonl; unset: runs/<mode>-<model>-<time>")
     checkpoint_every: int = _f(0, "checkpoint every N epochs (0: never)")
     resume: str | None = _f(None, "resume from this run/checkpoint directory")
     progress: bool = _f(True, "progress bar on rank 0")
@@ -102,10 +102,9 @@ def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
         prog=prog,
         description="Full-graph training of deep GNNs: graph parallelism, GNNPipe pipeline, hybrid. "
         "Run with mpirun -np N, torchrun --nproc-per-node N, srun, or as one process.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--config", help="TOML file of field = value (flags override it)", default=None)
-    p.add_argument("--debug", action="store_true", help="tracebacks and debug logs")
+    p.add_argument("--config", help="TOML file of field = value (flags override it) (default: none)", default=None)
+    p.add_argument("--debug", action="store_true", help="tracebacks and debug logs (default: off)")
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")
