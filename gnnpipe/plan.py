@@ -1,0 +1,939 @@
+"""Cost model and planner: predict bytes, time and memory per epoch for every topology.
+
+Floor 3: pure functions of graph statistics, a model shape, a topology and a hardware
+profile; nothing here communicates or reads the clock. The pieces:
+
+* :class:`GraphStats` — N, E, F, classes, sparse feature non-zeros and, per number of
+  parts, the partition facts graph parallelism and the hybrid need (Σ M_p, the largest
+  part's nodes, edges and halo). From a real METIS partition
+  (:func:`graph_stats_from_graph`) or estimated from a synthetic graph of the same shape
+  (:func:`estimate_part_info`).
+* :class:`ModelSpec` — model, layers L, hidden d, heads, bytes per value.
+* :class:`Topology` — mode, ways D, stages S, chunks C (world = D·S).
+* :class:`HardwareProfile` — throughputs, links, memory; TOML files in
+  ``gnnpipe/profiles`` (:func:`load_profile`).
+* :func:`predict` → :class:`Prediction`; :func:`rank_configs` ranks every feasible
+  topology of a world size.
+
+**Bytes** are exactly :mod:`gnnpipe.partition.volume`'s formulas (the ones the executors'
+byte counters are tested against); the weight all-reduce adds the parameter bytes once
+per rank in the group, as the communicator counts it.
+
+**Time** of a unit (one forward plus backward over ``n`` rows, ``e`` edges)::
+
+    gemm_flops / gemm_flops_s  +  spmm_edge_width / spmm_edge_width_s
+      + elementwise_bytes / mem_bytes_s  +  passes · unit_overhead_s
+
+GEMMs cost 3× their forward (input and weight gradients), except the unit reading the
+constant input features (2×: no input gradient); an aggregation costs 2× (our symmetric
+CSR backward is one more SpMM); sparse input features cost their non-zeros at the SpMM
+rate. ``unit_overhead_s`` is the fixed cost of one pass of one unit over one chunk (kernel
+launches, Python, autograd): it is what makes many small chunks expensive.
+
+**Graph parallelism**: the largest part computes every unit on its rows (transforms on
+its rows plus halo rows for gcn/gat, which transform ``h_src``), then per exchanged layer
+(:func:`gnnpipe.partition.volume.exchanged_layers`) one blocking all-to-all forward and
+one backward; then the weight all-reduce (ring) and the optimizer step.
+
+**Pipeline** (GNNPipe's schedule: every chunk forward, then every chunk backward, one
+flush): stage ``s`` owns the units :func:`gnnpipe.partition.assign_layers` gives it from
+:func:`gnnpipe.partition.layer_costs` (the executor's own assignment) and spends ``T_s``
+per epoch; a chunk's forward takes ``T_s/3/C`` and its backward ``2·T_s/3/C``. With
+``t_b`` the per-chunk message time over boundary ``b`` (latency + bytes / bandwidth)::
+
+    epoch = Σ_s T_s/C + 2·Σ_b t_b + (C−1)·(max(f_max, t_max) + max(b_max, t_max)) + opt
+
+so with equal stages and free links the bubble is ``(S−1)/(C+S−1)`` of the epoch.
+Reported: ``compute_s`` = the busiest stage's ``T_s``, ``comm_s`` = exposed transfers
+(fill/drain messages, links slower than compute, hybrid halo exchanges, all-reduce),
+``bubble_s`` = the rest (fill/drain and imbalance), so ``epoch_s`` is their sum plus the
+optimizer step.
+
+**Hybrid**: ``D`` pipelines over METIS ways; each stage also exchanges its layers' halo
+rows with the same stage of the other ways (blocking, per chunk, ``C·(D−1)`` messages per
+layer and direction) and all-reduces its weights across ways.
+
+**Memory** per rank: parameters, gradients and Adam's two moments (4× parameter bytes),
+the graph structure (int64 CSR and degrees; the pipeline's chunk blocks double it),
+features (dense ``rows·F·4`` or sparse ``nnz·12``), activations saved for backward (about
+``ACT_TENSORS`` tensors of ``rows × width`` per unit; the pipeline keeps every chunk's until
+the flush, so the whole graph's), history buffers (pipeline: ``N·d_in`` per aggregating
+unit on the stage, plus the cross-chunk gradient buffer and the snapshot, 3× in all),
+halo buffers, posted receive buffers, and the profile's fixed ``base_mem_bytes``. A
+configuration whose busiest rank needs more than ``mem_bytes`` is rejected, with why.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gnnpipe import GnnpipeError
+from gnnpipe.partition import volume
+from gnnpipe.partition.layers import assign_layers, layer_costs
+
+log = logging.getLogger(__name__)
+
+MODES = ("graph", "pipeline", "hybrid")
+#: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
+CHUNK_FACTORS = (1, 2, 4, 8)
+#: Tensors of ``rows × width`` a unit keeps for its backward (input, pre-activation,
+#: output, dropout mask; about four, more for res+ and GAT).
+ACT_TENSORS = {"gcn": 4.0, "sage": 5.0, "gat": 6.0, "gcnii": 5.0, "resgcn+": 7.0}
+#: Element passes (reads + writes, forward + backward) of the elementwise work per unit
+#: and output element: bias, activation, dropout and their gradients.
+ELEM_PASSES = 8.0
+#: Without a real partition, the largest METIS part holds this many times the mean number
+#: of nodes (METIS' default imbalance tolerance is 3 %).
+DEFAULT_NODE_BALANCE = 1.03
+#: Adam: parameter, gradient, two moments.
+ADAM_COPIES = 4
+
+
+# ----------------------------------------------------------------------------- inputs
+@dataclass(frozen=True)
+class PartInfo:
+    """What a ``parts``-way partition means for one rank (or one hybrid way).
+
+    Args:
+        parts: number of parts.
+        sum_m: Σ_p M_p, distinct remote neighbours summed over parts.
+        max_nodes: nodes of the largest part.
+        max_edges: directed edges (rows' neighbour entries) of the busiest part.
+        max_halo: the largest M_p.
+        source: ``"metis"`` (a real partition of the dataset) or ``"estimated ..."``.
+    """
+
+    parts: int
+    sum_m: int
+    max_nodes: int
+    max_edges: int
+    max_halo: int
+    source: str = "metis"
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """Statistics of the graph a plan is made for.
+
+    Args:
+        num_nodes: N.
+        num_edges: directed edges (each undirected edge twice), E.
+        num_features: input width F.
+        num_classes: output width.
+        sparse_nnz: non-zeros of sparse input features; None for dense features.
+        name: for tables and the suggested command.
+        parts: :class:`PartInfo` per number of parts (needed for graph parallelism with
+            ``P`` parts and the hybrid with ``D`` ways); missing ones are estimated by
+            :func:`rank_configs` when ``estimate`` is allowed.
+    """
+
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    sparse_nnz: int | None = None
+    name: str = "graph"
+    parts: Mapping[int, PartInfo] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for k in ("num_nodes", "num_edges", "num_features", "num_classes"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < (1 if k != "num_edges" else 0):
+                raise GnnpipeError(f"graph stats: {k} must be a positive integer, got {v!r}")
+        if self.sparse_nnz is not None and self.sparse_nnz < 0:
+            raise GnnpipeError(f"graph stats: sparse_nnz must be >= 0, got {self.sparse_nnz}")
+
+    def part(self, parts: int) -> PartInfo:
+        """The :class:`PartInfo` for ``parts`` parts (1 part: the whole graph, no halo)."""
+        if parts == 1:
+            return PartInfo(1, 0, self.num_nodes, self.num_edges, 0, "whole graph")
+        if parts not in self.parts:
+            raise GnnpipeError(
+                f"graph stats for {self.name!r}: no partition facts for {parts} parts "
+                f"(have {sorted(self.parts) or 'none'}); pass them or let the planner estimate them"
+            )
+        return self.parts[parts]
+
+    def with_parts(self, infos: Sequence[PartInfo]) -> "GraphStats":
+        """A copy with these :class:`PartInfo` added (replacing same ``parts``)."""
+        merged = dict(self.parts)
+        merged.update({i.parts: i for i in infos})
+        return replace(self, parts=merged)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model to train (shapes only).
+
+    Args:
+        model: gcn, sage, gat, gcnii or resgcn+.
+        layers: L, graph (aggregation) layers.
+        hidden: d.
+        heads: attention heads of gat's hidden layers (ignored otherwise).
+        bytes_per_value: s (4 for float32).
+    """
+
+    model: str = "gcn"
+    layers: int = 32
+    hidden: int = 100
+    heads: int = 1
+    bytes_per_value: int = 4
+
+    def __post_init__(self) -> None:
+        if self.model.lower() not in volume.MODELS:
+            raise GnnpipeError(f"model: expected one of {', '.join(volume.MODELS)}, got {self.model!r}")
+        object.__setattr__(self, "model", self.model.lower())
+        for k in ("layers", "hidden", "heads", "bytes_per_value"):
+            if getattr(self, k) < 1:
+                raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
+        if self.model == "gat" and self.hidden % self.heads:
+            raise GnnpipeError(f"hidden: {self.hidden} is not a multiple of heads={self.heads} (gat)")
+
+    @property
+    def h0(self) -> bool:
+        """GCNII forwards its initial residual beside the activations."""
+        return self.model == "gcnii"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How the world's ranks are used.
+
+    Args:
+        mode: graph, pipeline or hybrid.
+        ways: D (graph mode: the number of parts P).
+        stages: S (graph mode: 1).
+        chunks: C per way (graph mode: 1).
+    """
+
+    mode: str
+    ways: int = 1
+    stages: int = 1
+    chunks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise GnnpipeError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
+        for k in ("ways", "stages", "chunks"):
+            if getattr(self, k) < 1:
+                raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
+        if self.mode == "graph" and (self.stages != 1 or self.chunks != 1):
+            raise GnnpipeError(f"graph mode: stages and chunks must be 1, got stages={self.stages} chunks={self.chunks}")
+        if self.mode == "pipeline" and self.ways != 1:
+            raise GnnpipeError(f"pipeline mode: ways must be 1, got {self.ways} (use hybrid)")
+        if self.mode == "hybrid" and (self.ways < 2 or self.stages < 2):
+            raise GnnpipeError(
+                f"hybrid mode needs ways >= 2 and stages >= 2, got ways={self.ways} stages={self.stages} "
+                f"(world {self.world} = {self.ways} x {self.stages}); use graph or pipeline mode"
+            )
+
+    @property
+    def world(self) -> int:
+        return self.ways * self.stages
+
+    def label(self) -> str:
+        if self.mode == "graph":
+            return f"graph P={self.ways}"
+        if self.mode == "pipeline":
+            return f"pipeline S={self.stages} C={self.chunks}"
+        return f"hybrid D={self.ways} S={self.stages} C={self.chunks}"
+
+
+PROFILE_FIELDS = {
+    "gemm_flops_s": "achieved dense GEMM throughput, FLOP/s",
+    "spmm_edge_width_s": "achieved CSR SpMM throughput, edges x width per second",
+    "mem_bytes_s": "achieved memory bandwidth (elementwise ops), bytes/s",
+    "unit_overhead_s": "fixed cost of one pass of one unit over one chunk, s",
+    "intra_bw_bytes_s": "point-to-point bandwidth between devices of one node, bytes/s",
+    "intra_latency_s": "point-to-point latency within a node, s",
+    "inter_bw_bytes_s": "network bandwidth of one node (shared by its devices), bytes/s",
+    "inter_latency_s": "latency between nodes, s",
+    "devices_per_node": "devices (ranks) per node",
+    "mem_bytes": "usable memory per device, bytes",
+    "base_mem_bytes": "fixed memory per rank (runtime, context, allocator slack), bytes",
+}
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """A machine, as the cost model sees it (see :data:`PROFILE_FIELDS`)."""
+
+    name: str
+    gemm_flops_s: float
+    spmm_edge_width_s: float
+    mem_bytes_s: float
+    unit_overhead_s: float
+    intra_bw_bytes_s: float
+    intra_latency_s: float
+    inter_bw_bytes_s: float
+    inter_latency_s: float
+    devices_per_node: int
+    mem_bytes: float
+    base_mem_bytes: float = 0.0
+    description: str = ""
+    source: str = ""
+
+    def link(self, a: int, b: int) -> tuple[float, float]:
+        """(bandwidth, latency) between ranks ``a`` and ``b`` (consecutive ranks per node)."""
+        if a // self.devices_per_node == b // self.devices_per_node:
+            return self.intra_bw_bytes_s, self.intra_latency_s
+        return self.inter_bw_bytes_s, self.inter_latency_s
+
+
+def profiles_dir() -> Path:
+    """The folder of the shipped profiles (``gnnpipe/profiles``)."""
+    return Path(str(resources.files("gnnpipe") / "profiles"))
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles."""
+    d = profiles_dir()
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
+    """Read a hardware profile TOML: a path, or the name of a shipped profile.
+
+    The file has a ``[profile]`` table with ``name``, ``description``, ``source`` and every
+    field of :data:`PROFILE_FIELDS` (numbers).
+
+    Raises:
+        GnnpipeError: unknown name, unreadable file, or a missing / non-positive field
+            (naming the file and the field).
+    """
+    p = Path(name_or_path)
+    if not p.is_file():
+        cand = profiles_dir() / f"{name_or_path}.toml"
+        if not cand.is_file():
+            raise GnnpipeError(
+                f"profile {str(name_or_path)!r}: not a file and not a shipped profile "
+                f"(shipped: {', '.join(list_profiles()) or 'none'})"
+            )
+        p = cand
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise GnnpipeError(f"{p}: unreadable profile ({e})") from None
+    tab = data.get("profile")
+    if not isinstance(tab, dict):
+        raise GnnpipeError(f"{p}: expected a [profile] table")
+    kw: dict[str, Any] = {}
+    for k in PROFILE_FIELDS:
+        if k not in tab:
+            raise GnnpipeError(f"{p}: field profile.{k} missing ({PROFILE_FIELDS[k]})")
+        v = tab[k]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0 or (
+            v == 0 and k not in ("unit_overhead_s", "intra_latency_s", "inter_latency_s", "base_mem_bytes")
+        ):
+            raise GnnpipeError(f"{p}: field profile.{k} must be a positive number, got {v!r}")
+        kw[k] = v
+    kw["devices_per_node"] = int(kw["devices_per_node"])
+    return HardwareProfile(
+        name=str(tab.get("name", p.stem)), description=str(tab.get("description", "")),
+        source=str(tab.get("source", "")), **kw,
+    )
+
+
+def profile_toml(profile: HardwareProfile, comments: Sequence[str] = ()) -> str:
+    """A profile as TOML text (what ``calibrate`` writes)."""
+    lines = [f"# {c}" for c in comments]
+    lines.append("[profile]")
+    for k in ("name", "description", "source"):
+        v = getattr(profile, k).replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'{k} = "{v}"')
+    for k, what in PROFILE_FIELDS.items():
+        v = getattr(profile, k)
+        lines.append(f"{k} = {int(v) if k == 'devices_per_node' else float(v):.6g}  # {what}"
+                     if k != "devices_per_node" else f"{k} = {int(v)}  # {what}")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- units
+@dataclass(frozen=True)
+class UnitWork:
+    """Work of one unit, forward plus backward, over the whole graph.
+
+    Args:
+        gemm_flops: dense matrix-multiply FLOPs.
+        spmm_ew: SpMM work in edges × width (aggregations, sparse feature products).
+        elem_bytes: bytes moved by elementwise ops.
+        params: parameter count.
+        in_dim, out_dim: widths.
+        aggregates: needs neighbour rows (history in the pipeline, halo in graph mode).
+        reads_features: its input is the constant input features.
+        gemm_on_src: its transform runs on the source rows (own + halo) in graph mode.
+    """
+
+    gemm_flops: float
+    spmm_ew: float
+    elem_bytes: float
+    params: int
+    in_dim: int
+    out_dim: int
+    aggregates: bool
+    reads_features: bool
+    gemm_on_src: bool = False
+
+
+def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
+    """Per-unit work of the model on the whole graph, in execution order.
+
+    Mirrors :mod:`gnnpipe.models` (units per model) and the FLOP conventions of
+    :func:`gnnpipe.partition.layer_costs`, split by kind so each kind gets its own rate.
+
+    Returns:
+        one :class:`UnitWork` per unit (``len == len(layer_costs(...))``).
+    """
+    m, L, d, s = spec.model, spec.layers, spec.hidden, spec.bytes_per_value
+    N, E, F, K = stats.num_nodes, stats.num_edges, stats.num_features, stats.num_classes
+    nnz = stats.sparse_nnz
+
+    def first_gemm(fout: int, times: int = 1) -> tuple[float, float]:
+        # The constant input needs no gradient: forward + weight gradient only (2×). Sparse
+        # input rows cost their non-zeros, at the SpMM rate.
+        if nnz is not None:
+            return 0.0, 2.0 * times * nnz * fout
+        return 2.0 * 2.0 * times * N * F * fout, 0.0
+
+    def elem(width_in: int, width_out: int, dropout_input: bool = True) -> float:
+        return ELEM_PASSES * s * N * (width_out + (width_in if dropout_input else 0)) / 2.0
+
+    out: list[UnitWork] = []
+    if m in volume.FEATURE_FIRST_MODELS:
+        for i in range(L):
+            fin = F if i == 0 else d
+            fout = K if i == L - 1 else d
+            first = i == 0
+            if m == "gcn":
+                g, sp = first_gemm(fout) if first else (3.0 * 2.0 * N * fin * fout, 0.0)
+                sp += 2.0 * E * fout
+                params = fin * fout + fout
+            elif m == "sage":
+                # Mean of neighbours at the input width, self and neighbour linears.
+                g, sp = first_gemm(fout, 2) if first else (3.0 * 2.0 * 2.0 * N * fin * fout, 0.0)
+                sp += 2.0 * E * fin
+                params = 2 * fin * fout + fout
+            else:  # gat: transform, per-edge scores and softmax, weighted sum
+                heads = spec.heads if i < L - 1 else 1
+                g, sp = first_gemm(fout) if first else (3.0 * 2.0 * N * fin * fout, 0.0)
+                sp += 2.0 * 3.0 * E * fout
+                params = fin * fout + 2 * fout + fout
+                _ = heads
+            out.append(UnitWork(g, sp, elem(fin, fout, not (first and nnz is not None)), params, fin, fout,
+                                True, first, gemm_on_src=m in ("gcn", "gat")))
+        return out
+    g, sp = first_gemm(d)
+    out.append(UnitWork(g, sp, elem(F, d, nnz is None), F * d + d, F, d, False, True))
+    for _ in range(L):
+        if m == "gcnii":
+            # Aggregate, mix with h0, identity-mapped d×d weight (shared weights: one matrix).
+            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 2 * d), d * d, d, d, True, False))
+        else:  # resgcn+: LayerNorm → ReLU → dropout → GCN → +h
+            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 3 * d), d * d + 3 * d, d, d, True, False))
+    pre = 2 * d if m == "resgcn+" else 0
+    out.append(UnitWork(3.0 * 2.0 * N * d * K, 0.0, elem(d, K), d * K + K + pre, d, K, False, False))
+    return out
+
+
+def num_units(spec: ModelSpec) -> int:
+    """Units an executor can place on stages: L, or L + 2 with input/output linears."""
+    return spec.layers + (0 if spec.model in volume.FEATURE_FIRST_MODELS else 2)
+
+
+def param_count(stats: GraphStats, spec: ModelSpec) -> int:
+    """Trainable parameters of the whole model."""
+    return sum(u.params for u in unit_works(stats, spec))
+
+
+def _unit_time(u: UnitWork, prof: HardwareProfile, frac: float, passes: int, gemm_frac: float | None = None) -> float:
+    gf = frac if gemm_frac is None else gemm_frac
+    return (u.gemm_flops * gf / prof.gemm_flops_s + u.spmm_ew * frac / prof.spmm_edge_width_s
+            + u.elem_bytes * frac / prof.mem_bytes_s + passes * prof.unit_overhead_s)
+
+
+# ----------------------------------------------------------------------------- prediction
+@dataclass
+class StageDetail:
+    """One rank's (graph mode) or one stage's (pipeline / hybrid, busiest way) share.
+
+    Args:
+        stage: stage index (graph mode: 0).
+        units: half-open unit range ``(start, end)``.
+        compute_s: compute per epoch, including per-pass overheads.
+        halo_s: blocking halo exchanges per epoch (graph mode and hybrid).
+        params: parameters owned.
+        mem_bytes: predicted peak memory of the rank.
+        mem: peak memory by category.
+    """
+
+    stage: int
+    units: tuple[int, int]
+    compute_s: float
+    halo_s: float
+    params: int
+    mem_bytes: float
+    mem: dict
+
+
+@dataclass
+class Prediction:
+    """Predicted cost of one epoch of one configuration.
+
+    Args:
+        topology: the :class:`Topology`.
+        bytes: bytes per epoch by category (``halo``, ``pipe``, ``allreduce``) and ``total``;
+            ``halo``/``pipe`` are exactly :mod:`gnnpipe.partition.volume`'s.
+        compute_s: compute of the busiest rank.
+        comm_s: exposed communication.
+        bubble_s: pipeline fill/drain and stage imbalance.
+        optimizer_s: the optimizer step.
+        epoch_s: predicted epoch time (sum of the four).
+        peak_mem_bytes: the largest rank's peak memory.
+        fits: whether ``peak_mem_bytes`` fits the profile's ``mem_bytes``.
+        reason: why it does not fit (empty when it does).
+        per_stage: :class:`StageDetail` per stage (graph mode: one, the largest part).
+        profile: the profile's name.
+        notes: caveats (estimated Σ M_p, unimplemented hybrid ...).
+    """
+
+    topology: Topology
+    bytes: dict
+    compute_s: float
+    comm_s: float
+    bubble_s: float
+    optimizer_s: float
+    epoch_s: float
+    peak_mem_bytes: float
+    fits: bool
+    reason: str
+    per_stage: list[StageDetail]
+    profile: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        d = asdict(self)
+        d["topology"]["world"] = self.topology.world
+        d["topology"]["label"] = self.topology.label()
+        return d
+
+
+def _a2a_time(prof: HardwareProfile, ranks: Sequence[int], me: int, max_bytes: float,
+              mean_bytes: float | None = None, messages: int = 1) -> float:
+    """One all-to-all over ``ranks`` as seen by rank ``me``.
+
+    Every rank receives its halo (the largest ``max_bytes``, on average ``mean_bytes``)
+    spread evenly over its peers. Peer links inside a node carry the largest rank's share;
+    the node's network link carries all of its ranks' inter-node shares at once (their
+    sum, so the mean), and the two run concurrently. Each of ``messages`` rounds pays
+    every peer's latency.
+    """
+    peers = [r for r in ranks if r != me]
+    if not peers:
+        return 0.0
+    mean_bytes = max_bytes if mean_bytes is None else mean_bytes
+    node = me // prof.devices_per_node
+    n_intra = sum(1 for r in peers if r // prof.devices_per_node == node)
+    n_inter = len(peers) - n_intra
+    on_node = sum(1 for r in ranks if r // prof.devices_per_node == node)
+    t_intra = max_bytes * n_intra / len(peers) / prof.intra_bw_bytes_s
+    t_inter = mean_bytes * n_inter / len(peers) * on_node / prof.inter_bw_bytes_s
+    lat = messages * (n_intra * prof.intra_latency_s + n_inter * prof.inter_latency_s)
+    return max(t_intra, t_inter) + lat
+
+
+def _allreduce_time(prof: HardwareProfile, ranks: Sequence[int], nbytes: float) -> float:
+    """Ring all-reduce of ``nbytes`` over ``ranks``."""
+    g = len(ranks)
+    if g <= 1:
+        return 0.0
+    nodes: dict[int, int] = {}
+    for r in ranks:
+        nodes[r // prof.devices_per_node] = nodes.get(r // prof.devices_per_node, 0) + 1
+    if len(nodes) > 1:
+        bw = prof.inter_bw_bytes_s / max(nodes.values())
+        lat = prof.inter_latency_s
+    else:
+        bw, lat = prof.intra_bw_bytes_s, prof.intra_latency_s
+    return 2.0 * (g - 1) / g * nbytes / bw + 2.0 * (g - 1) * lat
+
+
+def _struct_bytes(nodes: float, edges: float) -> float:
+    # int64 CSR (indptr + indices) plus float32 degrees and int64 global ids per row.
+    return 8.0 * (nodes + 1 + edges) + 12.0 * nodes
+
+
+def _feature_bytes(stats: GraphStats, rows: float) -> float:
+    if stats.sparse_nnz is not None:
+        return 12.0 * stats.sparse_nnz * rows / stats.num_nodes + 8.0 * rows
+    return 4.0 * rows * stats.num_features
+
+
+def _opt_time(prof: HardwareProfile, params: int) -> float:
+    # Adam reads and writes parameter, gradient and two moments.
+    return 8.0 * 4.0 * params / prof.mem_bytes_s
+
+
+def predict(stats: GraphStats, spec: ModelSpec, topo: Topology, profile: HardwareProfile) -> Prediction:
+    """Predict one epoch of training ``spec`` on ``stats`` with ``topo`` on ``profile``.
+
+    Args:
+        stats: the graph (with :class:`PartInfo` for ``topo.ways`` parts when ways > 1).
+        spec: the model.
+        topo: the topology.
+        profile: the hardware.
+
+    Returns:
+        :class:`Prediction`.
+
+    Raises:
+        GnnpipeError: an infeasible topology (fewer units than stages, more parts than
+            nodes) or missing partition facts.
+    """
+    units = unit_works(stats, spec)
+    if len(units) < topo.stages:
+        raise GnnpipeError(
+            f"{topo.label()}: {spec.model} with {spec.layers} layers has {len(units)} units, "
+            f"fewer than {topo.stages} stages"
+        )
+    if topo.ways > stats.num_nodes or topo.ways * topo.chunks > stats.num_nodes:
+        raise GnnpipeError(f"{topo.label()}: more parts or chunks than the {stats.num_nodes} nodes")
+    if topo.mode == "graph":
+        return _predict_graph(stats, spec, topo, profile, units)
+    return _predict_pipeline(stats, spec, topo, profile, units)
+
+
+def _notes(stats: GraphStats, topo: Topology) -> list[str]:
+    notes = []
+    if topo.ways > 1:
+        src = stats.part(topo.ways).source
+        if src != "metis":
+            notes.append(f"sum M_p for {topo.ways} parts {src}")
+    return notes
+
+
+def _fit(prof: HardwareProfile, peak: float, who: str, mem: dict) -> tuple[bool, str]:
+    if peak <= prof.mem_bytes:
+        return True, ""
+    top = sorted(mem.items(), key=lambda kv: -kv[1])[:3]
+    parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in top)
+    return False, (f"{who} needs {peak / 2**30:.2f} GiB > {prof.mem_bytes / 2**30:.2f} GiB per device "
+                   f"({parts} GiB)")
+
+
+def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
+    P = topo.ways
+    pi = stats.part(P)
+    s, d = spec.bytes_per_value, spec.hidden
+    N = stats.num_nodes
+    frac_rows = pi.max_nodes / N
+    frac_src = (pi.max_nodes + pi.max_halo) / N
+    frac_edges = pi.max_edges / max(stats.num_edges, 1)
+    compute = 0.0
+    for u in units:
+        # Aggregation work follows the part's edges; row work its rows (+ halo rows for
+        # transforms on h_src).
+        compute += (u.gemm_flops * (frac_src if u.gemm_on_src else frac_rows) / prof.gemm_flops_s
+                    + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
+                    + u.elem_bytes * frac_rows / prof.mem_bytes_s + 2 * prof.unit_overhead_s)
+    n_x = volume.exchanged_layers(spec.model, spec.layers)
+    ranks = list(range(P))
+    # The busiest rank sends its halo-sized share; receive and send sizes are symmetric in
+    # total, and the all-to-all waits for the slowest pair.
+    per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * d * s, pi.sum_m / P * d * s)
+    halo_s = 2 * n_x * per_exchange
+    params = param_count(stats, spec)
+    ar_s = _allreduce_time(prof, ranks, params * 4.0)
+    halo_bytes = volume.graph_parallel_bytes(pi.sum_m, stats.num_features, spec.layers, d, s, spec.model, "ours")
+    ar_bytes = params * 4 * P if P > 1 else 0
+    opt = _opt_time(prof, params)
+    # Memory of the largest part.
+    rows, src_rows = pi.max_nodes, pi.max_nodes + pi.max_halo
+    act = 0.0
+    for u in units:
+        w = max(u.in_dim, u.out_dim) if not u.reads_features else u.out_dim
+        act += ACT_TENSORS[spec.model] * s * (src_rows if u.aggregates else rows) * w
+    mem = {
+        "parameters+optimizer": ADAM_COPIES * 4.0 * params + 4.0 * params,  # + flat all-reduce buffer
+        "structure": _struct_bytes(rows, pi.max_edges) + 12.0 * pi.max_halo,
+        "features": _feature_bytes(stats, src_rows),
+        "activations": act,
+        "halo buffers": 2.0 * 2.0 * pi.max_halo * d * s,
+        "base": prof.base_mem_bytes,
+    }
+    peak = sum(mem.values())
+    fits, reason = _fit(prof, peak, f"rank 0 of {P}", mem)
+    epoch = compute + halo_s + ar_s + opt
+    st = StageDetail(0, (0, len(units)), compute, halo_s, params, peak, mem)
+    return Prediction(
+        topology=topo,
+        bytes={"halo": halo_bytes, "pipe": 0, "allreduce": ar_bytes, "total": halo_bytes + ar_bytes},
+        compute_s=compute, comm_s=halo_s + ar_s, bubble_s=0.0, optimizer_s=opt, epoch_s=epoch,
+        peak_mem_bytes=peak, fits=fits, reason=reason, per_stage=[st], profile=prof.name,
+        notes=_notes(stats, topo),
+    )
+
+
+def stage_blocks(stats: GraphStats, spec: ModelSpec, stages: int) -> list[tuple[int, int]]:
+    """The executor's layer assignment: :func:`assign_layers` over :func:`layer_costs`."""
+    costs = layer_costs(spec.model, spec.layers, stats.num_features, spec.hidden, stats.num_nodes,
+                        stats.num_edges, stats.num_classes, sparse_nnz=stats.sparse_nnz)
+    return assign_layers(costs, stages)
+
+
+def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
+    D, S, C = topo.ways, topo.stages, topo.chunks
+    s, d = spec.bytes_per_value, spec.hidden
+    N, E = stats.num_nodes, stats.num_edges
+    pi = stats.part(D)
+    # The busiest way: its nodes, its edges (with neighbours in other ways), its halo.
+    rows = pi.max_nodes
+    frac_rows = rows / N
+    frac_edges = pi.max_edges / max(E, 1)
+    blocks = stage_blocks(stats, spec, S)
+    width = d * (2 if spec.h0 else 1)  # h0 travels beside the activations
+    n_x_first = 0 if spec.model in volume.FEATURE_FIRST_MODELS else 1  # unit 0 of gcn reads features
+    stages: list[StageDetail] = []
+    T, halo_T = [], []
+    ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
+    for st, (a, b) in enumerate(blocks):
+        comp = 0.0
+        halo = 0.0
+        params = 0
+        hist = act = 0.0
+        for j in range(a, b):
+            u = units[j]
+            comp += _unit_time(u, prof, 0.0, 2 * C) + (
+                u.gemm_flops * frac_rows / prof.gemm_flops_s
+                + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
+                + u.elem_bytes * frac_rows / prof.mem_bytes_s)
+            params += u.params
+            if u.aggregates and not u.reads_features:
+                # History write and neighbour gather per chunk: memory traffic of N·d_in rows.
+                comp += 3.0 * s * rows * u.in_dim / prof.mem_bytes_s
+                hist += 3.0 * s * rows * u.in_dim  # history, cross-chunk grads, snapshot
+                if D > 1:
+                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, pi.max_halo * u.in_dim * s,
+                                           pi.sum_m / D * u.in_dim * s, messages=C)
+            w = max(u.in_dim, u.out_dim) if not u.reads_features else u.out_dim
+            act += ACT_TENSORS[spec.model] * s * rows * w
+        mem = {
+            "parameters+optimizer": ADAM_COPIES * 4.0 * params + (4.0 * params if D > 1 else 0.0),
+            "structure": 2.0 * _struct_bytes(rows, pi.max_edges) + 12.0 * pi.max_halo,
+            "features": _feature_bytes(stats, rows + pi.max_halo) if a == 0 else 0.0,
+            "activations": act,
+            "history": hist,
+            # Receives are posted for every chunk at the start of the epoch, both directions;
+            # plus the outgoing messages until the flush.
+            "pipe buffers": (0 if st == 0 else 2.0) * s * rows * width + (0 if st == S - 1 else 2.0) * s * rows * width,
+            "halo buffers": 2.0 * 2.0 * pi.max_halo * d * s if D > 1 else 0.0,
+            "base": prof.base_mem_bytes,
+        }
+        stages.append(StageDetail(st, (a, b), comp, halo, params, sum(mem.values()), mem))
+        T.append(comp)
+        halo_T.append(halo)
+    _ = n_x_first
+    # Per-chunk message time over each boundary (the busiest way's, rank = way·S + stage).
+    t_b = []
+    for b in range(S - 1):
+        bw, lat = prof.link(b, b + 1)
+        # Boundaries of different ways run at once; those crossing nodes share the link.
+        if prof.link(b, b + 1)[0] == prof.inter_bw_bytes_s and b // prof.devices_per_node != (b + 1) // prof.devices_per_node:
+            sharing = sum(1 for w in range(D) if (w * S + b) // prof.devices_per_node != (w * S + b + 1) // prof.devices_per_node)
+            bw = bw / max(sharing, 1)
+        t_b.append(lat + (rows / C) * width * s / bw)
+    busy = [t + h for t, h in zip(T, halo_T)]
+    f = [x / 3.0 / C for x in busy]
+    bk = [2.0 * x / 3.0 / C for x in busy]
+    tmax = max(t_b) if t_b else 0.0
+    fill = sum(busy) / C + 2.0 * sum(t_b)
+    steady = (C - 1) * (max(max(f), tmax) + max(max(bk), tmax))
+    pipe_epoch = fill + steady
+    ranks_all = list(range(D * S))
+    params_total = sum(x.params for x in stages)
+    ar_s = max((_allreduce_time(prof, ranks_of_stage(st), x.params * 4.0) for st, x in enumerate(stages)), default=0.0) if D > 1 else 0.0
+    opt = max(_opt_time(prof, x.params) for x in stages)
+    i_max = max(range(S), key=lambda i: busy[i])
+    compute = T[i_max]
+    exposed_pipe = 2.0 * sum(t_b) + (C - 1) * (max(0.0, tmax - max(f)) + max(0.0, tmax - max(bk)))
+    comm = exposed_pipe + halo_T[i_max] + ar_s
+    bubble = max(0.0, pipe_epoch - compute - halo_T[i_max] - exposed_pipe)
+    epoch = compute + comm + bubble + opt
+    _ = ranks_all
+    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0)
+    halo_bytes = volume.hybrid_bytes(N, pi.sum_m, stats.num_features, spec.layers, d, S, D, s, spec.model,
+                                     h0=spec.h0) - pipe_bytes
+    ar_bytes = params_total * 4 * D if D > 1 else 0
+    worst = max(stages, key=lambda x: x.mem_bytes)
+    fits, reason = _fit(prof, worst.mem_bytes, f"stage {worst.stage} of {S}", worst.mem)
+    notes = _notes(stats, topo)
+    if topo.mode == "hybrid":
+        notes.append("hybrid with ways > 1 is not implemented by gnnpipe-train yet")
+    return Prediction(
+        topology=topo,
+        bytes={"halo": halo_bytes, "pipe": pipe_bytes, "allreduce": ar_bytes,
+               "total": halo_bytes + pipe_bytes + ar_bytes},
+        compute_s=compute, comm_s=comm, bubble_s=bubble, optimizer_s=opt, epoch_s=epoch,
+        peak_mem_bytes=worst.mem_bytes, fits=fits, reason=reason, per_stage=stages, profile=prof.name,
+        notes=notes,
+    )
+
+
+# ----------------------------------------------------------------------------- planner
+def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
+                        chunk_factors: Sequence[int] = CHUNK_FACTORS) -> list[Topology]:
+    """Every feasible (mode, D, S, C) for ``world`` ranks.
+
+    Graph: P = world. Pipeline: S = world, needs at least S units. Hybrid: D·S = world with
+    D ≥ 2 and S ≥ 2 (S ≤ units). Chunks per way C = f·S for ``f`` in ``chunk_factors``,
+    at most the nodes per way.
+    """
+    if world < 1:
+        raise GnnpipeError(f"world: expected at least 1 rank, got {world}")
+    n_units = num_units(spec)
+    out: list[Topology] = []
+    if world <= num_nodes:
+        out.append(Topology("graph", ways=world))
+
+    def chunked(mode: str, D: int, S: int) -> None:
+        for c in sorted({f * S for f in chunk_factors}):
+            if c * D <= num_nodes:
+                out.append(Topology(mode, ways=D, stages=S, chunks=c))
+
+    if world >= 2 and n_units >= world:
+        chunked("pipeline", 1, world)
+    for D in range(2, world // 2 + 1):
+        if world % D == 0:
+            S = world // D
+            if S >= 2 and S <= n_units:
+                chunked("hybrid", D, S)
+    return out
+
+
+def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: HardwareProfile,
+                 chunk_factors: Sequence[int] = CHUNK_FACTORS, estimate: bool = True,
+                 estimate_nodes: int = 20000, seed: int = 0) -> list[Prediction]:
+    """Predict every feasible configuration and rank them.
+
+    Missing partition facts (Σ M_p for P = world parts or D ways) are estimated from a
+    synthetic graph (:func:`estimate_part_info`) when ``estimate``.
+
+    Returns:
+        predictions, those that fit memory first, each group by predicted epoch time.
+    """
+    topos = feasible_topologies(world, spec, stats.num_nodes, chunk_factors)
+    need = sorted({t.ways for t in topos if t.ways > 1 and t.ways not in stats.parts})
+    if need:
+        if not estimate:
+            raise GnnpipeError(f"graph stats for {stats.name!r}: no partition facts for {need} parts")
+        stats = stats.with_parts(estimate_part_info(stats.num_nodes, stats.num_edges, need,
+                                                    sample_nodes=estimate_nodes, seed=seed))
+    preds = [predict(stats, spec, t, profile) for t in topos]
+    preds.sort(key=lambda p: (not p.fits, p.epoch_s))
+    return preds
+
+
+def train_command(pred: Prediction, dataset: str, spec: ModelSpec) -> str:
+    """The ``gnnpipe-train`` command line for a prediction."""
+    t = pred.topology
+    base = f"mpirun -np {t.world} gnnpipe-train --dataset {dataset} --model {spec.model} --layers {spec.layers} --hidden {spec.hidden}"
+    if spec.model == "gat":
+        base += f" --heads {spec.heads}"
+    if t.mode == "graph":
+        return f"{base} --mode graph --parts {t.ways}"
+    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}"
+
+
+# ----------------------------------------------------------------------------- Σ M_p
+def part_info_from_plan(graph, parts: int, seed: int = 0, method: str = "metis") -> PartInfo:
+    """Partition facts of a real partition of ``graph`` (METIS by default).
+
+    Uses :func:`gnnpipe.partition.build_plan` and the stats helper
+    :func:`gnnpipe.partition.stats.group_cut_and_halo`, so Σ M_p is the plan's own.
+    """
+    import numpy as np
+
+    from gnnpipe.partition.plan import build_plan
+    from gnnpipe.partition.stats import group_cut_and_halo
+
+    if parts == 1:
+        return PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, "whole graph")
+    plan = build_plan(graph, parts, 1, method=method, seed=seed, stats=False)
+    _, halo = group_cut_and_halo(graph, plan, "part")
+    deg = np.diff(np.asarray(graph.indptr))
+    edges = np.bincount(plan.part, weights=deg, minlength=parts)
+    sizes = np.diff(plan.part_ptr)
+    return PartInfo(parts, int(halo.sum()), int(sizes.max()), int(edges.max()), int(halo.max()), method)
+
+
+def graph_stats_from_graph(graph, parts: Sequence[int] = (), seed: int = 0) -> GraphStats:
+    """:class:`GraphStats` of a loaded :class:`gnnpipe.data.graph.Graph`, with METIS facts
+    for every number of parts in ``parts``."""
+    nnz = int(graph.features.nnz) if graph.sparse_features else None
+    stats = GraphStats(int(graph.num_nodes), int(graph.num_edges), int(graph.num_features),
+                       int(graph.num_classes), nnz, graph.name or "graph")
+    return stats.with_parts([part_info_from_plan(graph, p, seed) for p in sorted(set(parts)) if p > 1])
+
+
+def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sample_nodes: int = 20000,
+                       generator: str = "rmat", seed: int = 0) -> list[PartInfo]:
+    """Estimate partition facts of a graph we do not have from a scaled-down synthetic one.
+
+    Generates a graph of ``n' = min(N, sample_nodes)`` nodes with the same average degree
+    (``E' = E·n'/N`` directed edges, capped at 40 % density), partitions it with METIS into
+    each number of parts, and scales: ``Σ M_p ≈ Σ M'_p · N/n'``, the largest part's nodes,
+    edges and halo likewise. The assumption is that, at a fixed number of parts and average
+    degree, the halo is a fixed fraction of the nodes; it holds for graphs without
+    geometry (R-MAT, SBM) and overestimates the halo of graphs with strong communities,
+    which METIS cuts better (so the planner errs against graph parallelism there).
+
+    Args:
+        num_nodes, num_edges: N and directed E of the real graph.
+        parts: numbers of parts to estimate (each ≥ 2 and ≤ n').
+        sample_nodes: n'.
+        generator: ``"rmat"`` (power-law degrees, the default) or ``"sbm"``.
+        seed: generator and METIS seed.
+
+    Returns:
+        one :class:`PartInfo` per entry of ``parts`` (``source`` says how it was made).
+    """
+    from gnnpipe.data import synthetic
+    from gnnpipe.data.graph import Graph  # noqa: F401  (the generators return Graphs)
+
+    if num_nodes < 2:
+        raise GnnpipeError(f"num_nodes: expected at least 2, got {num_nodes}")
+    n = int(min(num_nodes, sample_nodes))
+    scale = num_nodes / n
+    e = int(round(num_edges / scale))
+    e = min(e, int(0.4 * n * (n - 1)))
+    e -= e % 2
+    if generator == "rmat":
+        g = synthetic.rmat(n, e, num_classes=2, num_features=1, seed=seed, homophily=0.0)
+    elif generator == "sbm":
+        g = synthetic.sbm(n, num_classes=2, avg_degree=e / n, homophily=0.5, num_features=1, seed=seed)
+    else:
+        raise GnnpipeError(f"generator: expected 'rmat' or 'sbm', got {generator!r}")
+    out = []
+    for p in parts:
+        if not 2 <= p <= n:
+            raise GnnpipeError(f"parts: expected 2..{n} for the estimate, got {p}")
+        pi = part_info_from_plan(g, p, seed)
+        out.append(PartInfo(
+            p, int(round(pi.sum_m * scale)), int(math.ceil(pi.max_nodes * scale)),
+            int(round(pi.max_edges * num_edges / max(g.num_edges, 1))), int(round(pi.max_halo * scale)),
+            f"estimated from a {generator} graph of {n:,} nodes / {g.num_edges:,} edges (x{scale:.2f})",
+        ))
+    return out
+
+
+def estimate_sum_m(num_nodes: int, num_edges: int, parts: int, sample_nodes: int = 20000,
+                   generator: str = "rmat", seed: int = 0) -> int:
+    """Σ M_p of a ``parts``-way METIS partition, estimated (see :func:`estimate_part_info`)."""
+    return estimate_part_info(num_nodes, num_edges, [parts], sample_nodes, generator, seed)[0].sum_m
