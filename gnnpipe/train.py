@@ -13,6 +13,14 @@ epoch: ``epoch``, ``loss``, ``train_acc``, ``val_acc``/``test_acc`` when evaluat
 ``epoch_time_s``, ``compute_s``, ``comm_s``, ``bubble_s``, ``bytes_sent`` by category summed
 over ranks, ``peak_rss_mb`` max over ranks) and ``summary.json`` (test accuracy at the best
 validation accuracy).
+
+Checkpoints (:mod:`gnnpipe.checkpoint`): ``--checkpoint-every N`` commits
+``<out>/checkpoints/epoch-<E>/`` (one file per rank, ``COMMIT.json`` last) at the end of every
+N-th epoch and keeps the newest two; ``--resume DIR`` (a run directory or one checkpoint)
+continues at epoch E+1 after checking that every setting that changes the numbers matches,
+and rewrites ``metrics.jsonl`` from the saved history so the file equals an uninterrupted
+run's. A NaN or Inf loss stops the run, naming the epoch and (pipeline) the first stage whose
+output was non-finite; no checkpoint is written after such an epoch.
 """
 
 from __future__ import annotations
@@ -38,8 +46,91 @@ log = logging.getLogger("gnnpipe.train")
 CATEGORIES = ("halo_fwd", "halo_bwd", "pipe_act", "pipe_grad", "allreduce", "control", "eval")
 
 
+# Committed checkpoints kept per run (the newest included).
+KEEP_CHECKPOINTS = 2
+
+
 class SetupError(GnnpipeError):
     """A setup failure every rank agreed on; rank 0 reports it, the others exit quietly."""
+
+
+class NonFiniteLossError(GnnpipeError):
+    """The loss became NaN or Inf; every rank raises it with the same message."""
+
+
+class _FiniteWatch:
+    """Remembers whether this rank's pipeline stage produced a non-finite output this epoch.
+
+    The last stage computes the loss, so a NaN born on stage 0 only shows there. Checking
+    each chunk's output (one pass over [n_k, d], small beside the aggregation) lets the
+    error name the stage where it first appeared. Graph-parallel executors need no watch:
+    every rank computes its own part of the loss.
+    """
+
+    def __init__(self, ex) -> None:
+        self.bad = False
+        self.ex = ex
+        self.stage = getattr(ex, "stage", None)
+        if self.stage is None or not hasattr(self.stage, "forward_chunk"):
+            self.stage = None
+            return
+        inner = self.stage.forward_chunk
+
+        def forward_chunk(k, h_in, carry_in, training=True):
+            out, carry = inner(k, h_in, carry_in, training)
+            if training and not self.bad and not bool(torch.isfinite(out.detach()).all()):
+                self.bad = True
+            return out, carry
+
+        # An instance attribute shadows the method for this stage object only.
+        self.stage.forward_chunk = forward_chunk
+
+    def reset(self) -> None:
+        self.bad = False
+
+
+def _nonfinite_message(cfg: TrainConfig, comm, watch: _FiniteWatch, res, loss: float,
+                       epoch: int, out: Path | None) -> str:
+    """Where the non-finite loss came from (collective: every rank calls it)."""
+    world = comm.world_size
+    mine = watch.bad if watch.stage is not None else not np.isfinite(res.loss)
+    flags = torch.zeros(world, dtype=torch.float64)
+    flags[comm.rank] = 1.0 if mine else 0.0
+    if world > 1:
+        comm.all_reduce(flags, op="sum", category="control")
+    hit = [k for k in range(world) if flags[k] > 0]
+    if watch.stage is not None:
+        S = int(getattr(watch.ex, "S", world))  # stages per way; rank = way * S + stage
+        if hit:
+            way, stage = min((divmod(k, S) for k in hit), key=lambda ws: (ws[1], ws[0]))
+            where = f"first non-finite output on stage {stage} of {S}"
+            if stage == S - 1:
+                where += " (last)"
+            if world > S:
+                where += f", way {way}"
+        else:
+            where = f"every stage's output finite; the loss on stage {S - 1} (last) is not"
+    else:
+        where = f"non-finite local loss on rank(s) {', '.join(map(str, hit))}" if hit else "ranks' losses finite, their sum is not"
+    msg = f"loss became {loss} at epoch {epoch} (mode {cfg.mode}; {where}); stopping"
+    if out is not None and cfg.checkpoint_every:
+        from gnnpipe.checkpoint import list_checkpoints
+
+        done = list_checkpoints(out)
+        msg += (f"; last good checkpoint: {done[-1][1]}" if done else "; no checkpoint was written yet")
+    return msg + ". Lower --lr or check the input features"
+
+
+def _agree_on_epoch(comm, epoch: int, where: Path) -> None:
+    """Every rank resumes from the same epoch (each resolved ``latest`` on its own)."""
+    if comm.world_size == 1:
+        return
+    t = torch.tensor([epoch, -epoch], dtype=torch.int64)
+    comm.all_reduce(t, op="max", category="control")
+    if int(t[0]) != epoch or int(-t[1]) != epoch:
+        raise GnnpipeError(f"ranks resolved --resume to different checkpoints (epochs "
+                           f"{int(-t[1])}..{int(t[0])}, rank {comm.rank} found {where}); "
+                           "pass the checkpoint directory itself")
 
 
 def agree_on_setup(comm, err: GnnpipeError | None) -> None:
@@ -172,19 +263,53 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
     Args:
         cfg: the resolved configuration.
         comm: this rank's communicator (``SingleProcessCommunicator`` for one process).
-        out: run directory (rank 0 writes ``config.json``, ``metrics.jsonl``, ``summary.json``).
+        out: run directory (rank 0 writes ``config.json``, ``metrics.jsonl``, ``summary.json``;
+            every rank writes its checkpoint files under ``out/checkpoints``).
+        show_progress: tqdm bar on rank 0.
+
+    Returns:
+        ``best_val_acc``, ``test_acc_at_best_val``, ``best_epoch``, ``final_loss``, ``epochs``
+        (epochs in the history, resumed ones included), ``mean_epoch_time_s``, ``history``.
+
+    Raises:
+        SetupError: a rank failed to load the data, build its executor or resume (every rank
+            raises it; the checkpoint mismatch message names each differing field).
+        NonFiniteLossError: the loss became NaN/Inf (every rank raises it).
     """
+    from gnnpipe import checkpoint as ckpt
+
     torch.manual_seed(cfg.seed)
+    out = Path(out) if out is not None else None
     err: GnnpipeError | None = None
+    resumed: tuple[Path, dict] | None = None
     try:
         graph = load_graph_for(cfg)
         ex, plan = build_executor(cfg, comm, graph)
+        identity = ckpt.run_identity(cfg, comm.world_size, graph.content_hash,
+                                     getattr(plan, "params", None))
+        if cfg.resume:
+            where = ckpt.find_checkpoint(cfg.resume)
+            commit, payload = ckpt.load_checkpoint(where, comm.rank, identity)
+            resumed = (where, payload)
+        if cfg.checkpoint_every and out is None:
+            raise GnnpipeError("--checkpoint-every needs a run directory (--out)")
     except GnnpipeError as e:
         err = e
     agree_on_setup(comm, err)
     rank0 = comm.rank == 0
     reduce = _Reducer(comm)
     history: list[dict] = []
+    start = 0
+    if resumed is not None:
+        where, payload = resumed
+        _agree_on_epoch(comm, int(payload["epoch"]), where)
+        ex.load_state_dict(payload["executor"])
+        ckpt.set_rng_state(payload["rng"])
+        history = list(payload["history"])
+        start = int(payload["epoch"]) + 1
+        if rank0:
+            log.info("resumed from %s: continuing at epoch %d of %d", where, start, cfg.epochs)
+    watch = _FiniteWatch(ex)
     mfile = None
     if out is not None and rank0:
         out.mkdir(parents=True, exist_ok=True)
@@ -196,17 +321,29 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
             "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges,
             "plan_params": getattr(plan, "params", None),
+            "resumed_from": str(resumed[0]) if resumed else None,
         }
         _atomic_json(out / "config.json", resolved)
+        # A resumed run rewrites the file from the checkpoint's history: lines a killed run
+        # wrote after its last checkpoint disappear, so the file equals an uninterrupted run's.
         mfile = open(out / "metrics.jsonl", "w")
+        for rec in history:
+            mfile.write(json.dumps(rec) + "\n")
+        mfile.flush()
     bar = None
     if show_progress and rank0:
         from tqdm import tqdm
 
         bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
     best = {"val_acc": -1.0, "test_acc": None, "epoch": None}
+    for rec in history:
+        if "val_acc" in rec and rec["val_acc"] > best["val_acc"]:
+            best = {"val_acc": rec["val_acc"], "test_acc": rec["test_acc"], "epoch": rec["epoch"]}
+    if bar is not None:
+        bar.update(min(start, cfg.epochs))
     try:
-        for epoch in range(cfg.epochs):
+        for epoch in range(start, cfg.epochs):
+            watch.reset()
             before = comm.stats.snapshot() if hasattr(comm, "stats") else {}
             t0 = time.perf_counter()
             res = ex.train_epoch(epoch)
@@ -222,7 +359,8 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
             )
             loss = sums[0]
             if not np.isfinite(loss):
-                raise GnnpipeError(f"loss became {loss} at epoch {epoch} (mode {cfg.mode}); stopping")
+                # Every rank sees the same reduced loss, so every rank takes this branch.
+                raise NonFiniteLossError(_nonfinite_message(cfg, comm, watch, res, loss, epoch, out))
             rec = {
                 "epoch": epoch,
                 "loss": loss,
@@ -248,6 +386,15 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
                     post.update(val=f"{accs['val_acc']:.3f}", test=f"{accs['test_acc']:.3f}")
                 bar.set_postfix(post)
                 bar.update(1)
+            if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+                # Only reached after a finite epoch: a diverged run keeps its last good one.
+                payload = {
+                    "format": ckpt.FORMAT, "epoch": epoch, "rank": comm.rank,
+                    "world_size": comm.world_size, "executor": ex.state_dict(),
+                    "rng": ckpt.rng_state(), "history": history, "identity": identity,
+                    "config": cfg.to_dict(),
+                }
+                ckpt.save_checkpoint(comm, out, epoch, payload, identity, keep=KEEP_CHECKPOINTS)
     finally:
         if bar is not None:
             bar.close()
@@ -328,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if rank0:
             print(f"gnnpipe-train: error: {e}", file=sys.stderr)
-        elif not isinstance(e, SetupError):  # failures of this rank alone (timeouts, dead peers)
+        elif not isinstance(e, (SetupError, NonFiniteLossError)):  # this rank's own failures (timeouts, dead peers)
             print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

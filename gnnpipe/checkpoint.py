@@ -1,0 +1,403 @@
+"""Checkpoints: per-rank files committed atomically, resume validation (floor 4).
+
+Layout inside a run directory::
+
+    checkpoints/
+        epoch-3/            the state at the END of epoch 3 (0-based)
+            rank0.pt        rank 0's file (torch.save, loadable with weights_only=True)
+            rank1.pt
+            COMMIT.json     written by rank 0 LAST: epoch, world size, every rank file's
+                            size and sha256, the run identity (config, dataset hash, plan)
+        epoch-5/
+        latest              the name of the newest committed checkpoint ("epoch-5")
+
+Commit protocol (a crash at any point leaves the previous checkpoint intact and usable):
+
+1. rank 0 removes a stale ``COMMIT.json`` from the target directory (left by an abandoned
+   run that got further), then every rank passes a barrier;
+2. every rank writes ``rank<k>.pt.tmp``, fsyncs it, renames it to ``rank<k>.pt`` and fsyncs
+   the directory;
+3. an all-reduce tells every rank whether every write succeeded and carries each file's
+   size and sha256 to rank 0 (it doubles as the barrier "every rank has written");
+4. rank 0 writes ``COMMIT.json`` (temp file, fsync, rename), then ``latest`` (the same);
+5. rank 0 deletes older checkpoints beyond the newest ``keep`` and any uncommitted debris
+   older than the new one.
+
+A directory without ``COMMIT.json`` is never loaded. On resume, ``latest`` is only a hint: a
+run directory resolves to the newest committed checkpoint when ``latest`` is missing or
+names an uncommitted one.
+
+The files assume a file system every rank sees (one host, or a shared file system).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnpipe import GnnpipeError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoints"
+COMMIT_FILE = "COMMIT.json"
+LATEST_FILE = "latest"
+FORMAT = "gnnpipe-checkpoint"
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^epoch-(\d+)$")
+
+# Config fields that change the math of training: a resumed run must match them exactly.
+MATH_FIELDS = (
+    "dataset", "synth_nodes", "synth_degree", "synth_classes", "synth_features", "plan",
+    "mode", "model", "backend", "layers", "hidden", "heads", "dropout", "alpha", "lam",
+    "lr", "weight_decay", "seed", "stages", "ways", "chunks", "parts", "method", "exact",
+    "shuffle", "grad_fix", "snapshot_period",
+)
+# Fields that may change between the killed run and its resumption (everything else in
+# the config, e.g. threads, timeout, comm, device, root, does not change the numbers
+# either, and is not compared).
+FREE_FIELDS = ("epochs", "eval_every", "out", "progress", "checkpoint_every", "resume")
+
+
+class CheckpointMismatchError(GnnpipeError):
+    """The checkpoint was written by a run whose math differs from this one."""
+
+
+def run_identity(cfg, world_size: int, dataset_hash: str, plan_params: dict | None) -> dict:
+    """What a checkpoint must agree with to be resumed by this run.
+
+    Defaults that depend on the world size (``stages``, ``chunks``, ``parts`` = 0) are
+    resolved first, so ``--stages 2`` on two ranks matches a run that left it at 0.
+
+    Returns:
+        A JSON-serialisable dict: every field of :data:`MATH_FIELDS` (resolved),
+        ``world_size``, ``dataset_hash`` and ``plan_params``.
+    """
+    ident = {name: getattr(cfg, name) for name in MATH_FIELDS}
+    ways = max(int(cfg.ways), 1)
+    if cfg.mode == "graph":
+        ident["parts"] = cfg.parts or world_size
+        ident["stages"] = ident["chunks"] = 0  # unused in graph mode
+    else:
+        stages = cfg.stages or max(world_size // ways, 1)
+        ident["stages"] = stages
+        ident["chunks"] = 1 if cfg.exact else (cfg.chunks or 4 * stages)
+        ident["parts"] = ways if cfg.mode == "hybrid" else 0
+    ident["world_size"] = int(world_size)
+    ident["dataset_hash"] = dataset_hash
+    # JSON round trip: tuples become lists, numpy scalars plain numbers, as in COMMIT.json.
+    ident["plan_params"] = json.loads(json.dumps(plan_params, default=_jsonable, sort_keys=True))
+    return ident
+
+
+def compare_identity(saved: dict, current: dict, where: str | Path) -> None:
+    """Raises :class:`CheckpointMismatchError` naming every differing field and both values."""
+    diffs = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if a != b:
+            diffs.append(f"{key}: checkpoint {a!r}, this run {b!r}")
+    if diffs:
+        raise CheckpointMismatchError(
+            f"cannot resume from {where}: it was written by a different setup ("
+            + "; ".join(diffs)
+            + f"). Only {', '.join(FREE_FIELDS)} may change on resume; rerun with the "
+            "checkpoint's values or start a new run without --resume"
+        )
+
+
+# ---------------------------------------------------------------------- listing
+def checkpoint_root(out: str | Path) -> Path:
+    return Path(out) / CHECKPOINT_DIR
+
+
+def checkpoint_dir(out: str | Path, epoch: int) -> Path:
+    """``<out>/checkpoints/epoch-<epoch>``."""
+    return checkpoint_root(out) / f"epoch-{int(epoch)}"
+
+
+def is_committed(path: str | Path) -> bool:
+    return (Path(path) / COMMIT_FILE).is_file()
+
+
+def list_checkpoints(out: str | Path, committed_only: bool = True) -> list[tuple[int, Path]]:
+    """``(epoch, dir)`` of the checkpoints under a run directory, oldest first."""
+    root = checkpoint_root(out)
+    found = []
+    if root.is_dir():
+        for d in root.iterdir():
+            m = _NAME.match(d.name)
+            if m and d.is_dir() and (is_committed(d) or not committed_only):
+                found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The committed checkpoint directory that ``--resume PATH`` means.
+
+    Args:
+        path: a checkpoint directory (``.../checkpoints/epoch-E``), a run directory (its
+            ``latest`` checkpoint, or the newest committed one when ``latest`` is missing
+            or names an uncommitted directory) or a run's ``checkpoints`` folder.
+
+    Raises:
+        GnnpipeError: the path does not exist, is an uncommitted checkpoint, or holds no
+            committed checkpoint.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise GnnpipeError(f"--resume {p}: no such directory (expected a run directory or "
+                           f"a checkpoint directory {CHECKPOINT_DIR}/epoch-<E>)")
+    if _NAME.match(p.name):
+        if not is_committed(p):
+            older = [d for e, d in list_checkpoints(p.parent.parent) if d.name != p.name]
+            hint = f"; committed ones there: {', '.join(d.name for d in older)}" if older else ""
+            raise GnnpipeError(f"--resume {p}: checkpoint has no {COMMIT_FILE} (its write "
+                               f"was interrupted), so it cannot be trusted{hint}")
+        return p
+    run = p.parent if p.name == CHECKPOINT_DIR else p
+    root = checkpoint_root(run)
+    latest = root / LATEST_FILE
+    if latest.is_file():
+        name = latest.read_text().strip()
+        if _NAME.match(name) and is_committed(root / name):
+            return root / name
+        log.warning("%s names %r, which is not a committed checkpoint; using the newest "
+                    "committed one", latest, name)
+    found = list_checkpoints(run)
+    if not found:
+        raise GnnpipeError(f"--resume {p}: no committed checkpoint under {root} "
+                           f"(train with --checkpoint-every N to write some)")
+    return found[-1][1]
+
+
+def read_commit(ckpt: str | Path) -> dict:
+    """The parsed ``COMMIT.json`` of a checkpoint directory."""
+    path = Path(ckpt) / COMMIT_FILE
+    try:
+        commit = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise GnnpipeError(f"{path}: missing; the checkpoint was never committed") from None
+    except json.JSONDecodeError as e:
+        raise GnnpipeError(f"{path}: not valid JSON ({e})") from None
+    if commit.get("format") != FORMAT or commit.get("format_version") != FORMAT_VERSION:
+        raise GnnpipeError(f"{path}: format {commit.get('format')!r} version "
+                           f"{commit.get('format_version')!r}, expected {FORMAT!r} version "
+                           f"{FORMAT_VERSION}")
+    return commit
+
+
+# ---------------------------------------------------------------------- save
+def rng_state() -> dict:
+    """torch's and numpy's global RNG states, as tensors (``weights_only`` loadable).
+
+    The executors draw nothing from them (dropout and chunk order are pure functions of
+    seed and epoch); they are saved so that code which does draw resumes identically.
+    """
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy_key": torch.from_numpy(np.asarray(np_state["state"]["key"], dtype=np.int64)),
+        "numpy_pos": int(np_state["state"]["pos"]),
+        "numpy_has_gauss": int(np_state["has_gauss"]),
+        "numpy_gauss": float(np_state["gauss"]),
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state({
+        "bit_generator": "MT19937",
+        "state": {"key": state["numpy_key"].numpy().astype(np.uint32), "pos": state["numpy_pos"]},
+        "has_gauss": state["numpy_has_gauss"],
+        "gauss": state["numpy_gauss"],
+    })
+
+
+def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: dict,
+                    keep: int = 2) -> Path:
+    """Writes and commits this epoch's checkpoint; collective over ``comm``.
+
+    Args:
+        comm: the world communicator (every rank calls this with the same ``epoch``).
+        out: the run directory.
+        epoch: the epoch just finished (0-based).
+        payload: this rank's state (``torch.save``-able with tensors, dicts, lists and
+            plain values only).
+        identity: :func:`run_identity` of this run (rank 0 writes it into ``COMMIT.json``).
+        keep: committed checkpoints to keep (the new one included); older ones are deleted.
+
+    Returns:
+        The committed checkpoint directory.
+
+    Raises:
+        GnnpipeError: on every rank when any rank could not write its file (naming the ranks).
+    """
+    if keep < 1:
+        raise GnnpipeError(f"checkpoint keep: expected an integer >= 1, got {keep}")
+    d = checkpoint_dir(out, epoch)
+    rank, world = comm.rank, comm.world_size
+    t0 = time.perf_counter()
+    if rank == 0:
+        d.mkdir(parents=True, exist_ok=True)
+        stale = d / COMMIT_FILE
+        if stale.exists():  # from an abandoned run that got further; must not bless our files
+            stale.unlink()
+            _fsync_dir(d)
+    comm.barrier(category="control")
+    # One row per rank: ok flag, file size, sha256 bytes; summed, so rank 0 learns them all.
+    info = torch.zeros(world, 34, dtype=torch.int64)
+    err: Exception | None = None
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"rank{rank}.pt"
+        tmp = d / f"rank{rank}.pt.tmp"
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(d)
+        digest = _sha256(path)
+        info[rank, 0] = 1
+        info[rank, 1] = path.stat().st_size
+        info[rank, 2:] = torch.tensor(list(digest), dtype=torch.int64)
+    except OSError as e:
+        err = e
+    if world > 1:
+        comm.all_reduce(info, op="sum", category="control")
+    failed = [k for k in range(world) if int(info[k, 0]) != 1]
+    if failed:
+        msg = f"checkpoint {d}: rank(s) {', '.join(map(str, failed))} could not write their file"
+        if err is not None:
+            msg += f" (rank {rank}: {err})"
+        raise GnnpipeError(msg + "; the previous checkpoint is intact")
+    if rank == 0:
+        commit = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "epoch": int(epoch),
+            "world_size": world,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "files": {
+                f"rank{k}.pt": {"bytes": int(info[k, 1]),
+                                "sha256": bytes(int(b) for b in info[k, 2:]).hex()}
+                for k in range(world)
+            },
+            "identity": identity,
+        }
+        _atomic_write(d / COMMIT_FILE, json.dumps(commit, indent=2, sort_keys=True, default=_jsonable) + "\n")
+        _atomic_write(checkpoint_root(out) / LATEST_FILE, d.name + "\n")
+        _prune(out, int(epoch), keep)
+        log.info("checkpoint %s committed (%.2f s, %d bytes on rank 0)", d,
+                 time.perf_counter() - t0, int(info[0, 1]))
+    return d
+
+
+def _prune(out: str | Path, epoch: int, keep: int) -> None:
+    """Keeps the new checkpoint and the ``keep - 1`` newest committed ones before it.
+
+    Directories of later epochs (an abandoned run that got further before it was resumed
+    from an earlier checkpoint) are left alone: this run overwrites them as it gets there.
+    """
+    older = [(e, d) for e, d in list_checkpoints(out, committed_only=False) if e < epoch]
+    committed = [(e, d) for e, d in older if is_committed(d)]
+    survivors = {d for _, d in committed[len(committed) - (keep - 1):]} if keep > 1 else set()
+    for _, d in older:
+        if d not in survivors:
+            # COMMIT.json first: a crash halfway through leaves an uncommitted (ignored) dir.
+            try:
+                (d / COMMIT_FILE).unlink(missing_ok=True)
+            except OSError:
+                pass
+            shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- load
+def load_checkpoint(ckpt: str | Path, rank: int, identity: dict) -> tuple[dict, dict]:
+    """This rank's state from a committed checkpoint, after checking it fits this run.
+
+    Args:
+        ckpt: a committed checkpoint directory (see :func:`find_checkpoint`).
+        rank: this rank.
+        identity: :func:`run_identity` of this run.
+
+    Returns:
+        ``(commit, payload)``: the parsed ``COMMIT.json`` and this rank's payload.
+
+    Raises:
+        CheckpointMismatchError: the run identity differs (every differing field named).
+        GnnpipeError: the rank file is missing or its size or sha256 differs from the commit.
+    """
+    ckpt = Path(ckpt)
+    commit = read_commit(ckpt)
+    compare_identity(commit["identity"], identity, ckpt)
+    name = f"rank{rank}.pt"
+    path = ckpt / name
+    expect = commit["files"].get(name)
+    if expect is None:
+        raise GnnpipeError(f"{ckpt}/{COMMIT_FILE} lists no {name}")
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise GnnpipeError(f"{path}: missing although {COMMIT_FILE} lists it") from None
+    if size != expect["bytes"] or _sha256(path).hex() != expect["sha256"]:
+        raise GnnpipeError(f"{path}: {size} bytes with sha256 {_sha256(path).hex()}, but "
+                           f"{COMMIT_FILE} recorded {expect['bytes']} bytes with sha256 "
+                           f"{expect['sha256']}: the file was changed or damaged")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload.get("epoch") != commit["epoch"] or payload.get("rank") != rank:
+        raise GnnpipeError(f"{path}: holds epoch {payload.get('epoch')} rank "
+                           f"{payload.get('rank')}, expected epoch {commit['epoch']} rank {rank}")
+    return commit, payload
+
+
+# ---------------------------------------------------------------------- helpers
+def _sha256(path: Path) -> bytes:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.digest()
+
+
+def _fsync_dir(d: Path) -> None:
+    # A rename is durable only once its directory entry is flushed.
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
