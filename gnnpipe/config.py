@@ -1,8 +1,10 @@
 """Training configuration: one dataclass, one docstring per field, one CLI built from it.
 
 Every field becomes a ``--flag`` (underscores become dashes); booleans that default to True
-get a ``--no-...`` form. ``--config FILE.toml`` loads values first, flags override them.
-The resolved configuration is written to ``<out>/config.json``.
+get a ``--no-...`` form. ``--config FILE.toml`` loads values first, flags override them;
+``--config NAME`` names a preset shipped in ``gnnpipe/presets/NAME.toml`` when no file
+``NAME`` exists (``--list-presets`` lists them). The resolved configuration is written to
+``<out>/config.json``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from gnnpipe import GnnpipeError
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 MODES = ("graph", "pipeline", "hybrid")
 MODELS = ("gcn", "sage", "gat", "gcnii", "resgcn+")
@@ -103,7 +107,9 @@ def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
         description="Full-graph training of deep GNNs: graph parallelism, GNNPipe pipeline, hybrid. "
         "Run with mpirun -np N, torchrun --nproc-per-node N, srun, or as one process.",
     )
-    p.add_argument("--config", help="TOML file of field = value (flags override it) (default: none)", default=None)
+    p.add_argument("--config", default=None,
+                   help="TOML file of field = value, or the name of a shipped preset (flags override it) (default: none)")
+    p.add_argument("--list-presets", action=_ListPresets, help="list the shipped presets and exit")
     p.add_argument("--debug", action="store_true", help="tracebacks and debug logs (default: off)")
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -119,8 +125,49 @@ def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
     return p
 
 
+def list_presets() -> dict[str, str]:
+    """Shipped presets: ``{name: first line of its comment header}``, sorted by name."""
+    out = {}
+    for f in sorted(PRESET_DIR.glob("*.toml")):
+        first = next((ln.lstrip("# ").strip() for ln in f.read_text().splitlines() if ln.startswith("#")), "")
+        if first.startswith(f.stem + ":"):  # headers start "# <name>: <what it is for>"
+            first = first[len(f.stem) + 1 :].strip()
+        out[f.stem] = first
+    return out
+
+
+def resolve_config_file(name_or_path: str | Path) -> Path:
+    """``--config`` argument -> file: an existing path, else the preset of that name.
+
+    Raises:
+        GnnpipeError: neither a file nor a preset; the message lists the presets.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    stem = path.name[:-5] if path.name.endswith(".toml") else path.name
+    preset = PRESET_DIR / f"{stem}.toml"
+    if path.parent == Path(".") and preset.is_file():
+        return preset
+    raise GnnpipeError(f"{name_or_path}: config file not found, and no preset of that name "
+                       f"(presets: {', '.join(list_presets()) or 'none'})")
+
+
+class _ListPresets(argparse.Action):
+    """``--list-presets``: prints every preset with its one-line description, exits 0."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        presets = list_presets()
+        width = max((len(n) for n in presets), default=0)
+        lines = [f"{n:<{width}}  {d}" for n, d in presets.items()]
+        parser.exit(0, "\n".join(lines + [f"(in {PRESET_DIR}; use --config NAME)"]) + "\n")
+
+
 def load_toml(path: str | Path) -> dict:
-    path = Path(path)
+    path = resolve_config_file(path)
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
