@@ -1,0 +1,355 @@
+"""``gnnpipe-plan``: rank every parallel configuration by predicted epoch time.
+
+Usage::
+
+    gnnpipe-plan DATASET --world N --layers L --hidden d --model M [--profile P]
+        [--heads H] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
+    gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
+    gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
+    gnnpipe-plan calibrate [--out FILE] [--quick]      (measure this machine, write a profile)
+
+``DATASET`` is a prepared graph directory or name (Σ M_p then comes from METIS plans of the
+real graph), or one of the names in :data:`PUBLISHED` (Σ M_p estimated from a synthetic
+graph of the same shape, see :func:`gnnpipe.plan.estimate_part_info`). ``--profile`` is a
+shipped profile name (``gnnpipe/profiles/*.toml``) or a TOML path; the default is
+``cpu-this-machine``. Configurations that do not fit a device's memory are listed after the
+others with the reason. The first fitting one is printed as a ``gnnpipe-train`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from gnnpipe import GnnpipeError
+from gnnpipe.cli import run_cli
+
+PROG = "gnnpipe-plan"
+
+#: Published statistics of the paper's graphs that are not prepared here:
+#: (nodes, directed edges, features, classes).
+#: Reddit and Flickr: DGL's RedditDataset / FlickrDataset and PyG's Reddit docs
+#: (232,965 / 114,615,892 / 602 / 41; 89,250 / 899,756 / 500 / 7).
+#: ogbn-arxiv: OGB lists 169,343 nodes and 1,166,243 directed citations, 128 features,
+#: 40 classes; symmetrized (as every graph here) that is 2,332,486 directed edges.
+PUBLISHED = {
+    "reddit": (232965, 114615892, 602, 41),
+    "flickr": (89250, 899756, 500, 7),
+    "ogbn-arxiv": (169343, 2332486, 128, 40),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description="Rank graph / pipeline / hybrid configurations by predicted epoch time.")
+    ap.add_argument("dataset", nargs="?", help="prepared dataset name or directory, or one of: " + ", ".join(PUBLISHED))
+    ap.add_argument("--stats", help="N,E,F[,CLASSES[,NNZ]] for a graph that is not here (E directed)")
+    ap.add_argument("--world", type=int, required=True, help="number of ranks (devices)")
+    ap.add_argument("--layers", type=int, default=32, help="graph layers L (default 32)")
+    ap.add_argument("--hidden", type=int, default=100, help="hidden width d (default 100)")
+    ap.add_argument("--model", default="gcn", help="gcn, sage, gat, gcnii or resgcn+ (default gcn)")
+    ap.add_argument("--heads", type=int, default=1, help="gat heads (default 1)")
+    ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path (default cpu-this-machine)")
+    ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
+    ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument("--root", type=Path, help="data root for dataset names")
+    ap.add_argument("--estimate-nodes", type=int, default=20000, help="nodes of the synthetic graph for Σ M_p estimates")
+    ap.add_argument("--seed", type=int, default=0, help="METIS / generator seed")
+    ap.add_argument("--debug", action="store_true", help="tracebacks and debug logging")
+    return ap
+
+
+def _ints(flag: str, text: str, lo: int, hi: int) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise GnnpipeError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not lo <= len(vals) <= hi:
+        raise GnnpipeError(f"{flag}: expected {lo} to {hi} integers, got {len(vals)} in {text!r}")
+    return vals
+
+
+def _stats(args):
+    from gnnpipe.plan import GraphStats, graph_stats_from_graph
+
+    if args.stats:
+        v = _ints("--stats", args.stats, 3, 5)
+        if any(x < 0 for x in v) or v[0] < 1 or v[2] < 1:
+            raise GnnpipeError(f"--stats: expected positive N and F and non-negative E, got {args.stats!r}")
+        return GraphStats(v[0], v[1], v[2], v[3] if len(v) > 3 else 2, v[4] if len(v) > 4 else None,
+                          name=args.dataset or "graph"), args.dataset or "DATASET"
+    if not args.dataset:
+        raise GnnpipeError("give a DATASET (prepared name or directory, or one of "
+                           f"{', '.join(PUBLISHED)}) or --stats N,E,F")
+    from gnnpipe.data.catalog import resolve_dataset
+    from gnnpipe.data.graph import Graph
+
+    try:
+        gdir = resolve_dataset(args.dataset, args.root)
+    except GnnpipeError:
+        if args.dataset.lower() in PUBLISHED:
+            n, e, f, k = PUBLISHED[args.dataset.lower()]
+            return GraphStats(n, e, f, k, name=args.dataset.lower()), args.dataset.lower()
+        raise
+    graph = Graph.load(gdir)
+    ways = {args.world} | {d for d in range(2, args.world // 2 + 1) if args.world % d == 0}
+    ways = {w for w in ways if 1 < w <= graph.num_nodes}
+    print(f"{PROG}: partitioning {graph.name} with METIS into {sorted(ways)} parts", file=sys.stderr)
+    return graph_stats_from_graph(graph, sorted(ways), seed=args.seed), args.dataset
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.2f}"
+
+
+def format_table(preds, stats, spec, profile, dataset: str, top: int = 0) -> str:
+    """The human table: one line per configuration, the rejected ones with their reason."""
+    from gnnpipe.plan import train_command
+
+    lines = [
+        f"graph    {stats.name}: N={stats.num_nodes:,} E={stats.num_edges:,} F={stats.num_features:,}"
+        + (f" (sparse, nnz {stats.sparse_nnz:,})" if stats.sparse_nnz is not None else ""),
+        f"model    {spec.model} L={spec.layers} d={spec.hidden}" + (f" heads={spec.heads}" if spec.model == "gat" else ""),
+        f"profile  {profile.name}: {profile.description}",
+        "",
+        f"{'#':>3} {'configuration':<26} {'epoch ms':>9} {'compute':>8} {'comm':>8} {'bubble':>8} "
+        f"{'GB/epoch':>9} {'peak GiB':>9}  fits",
+    ]
+    fitting = [p for p in preds if p.fits]
+    shown = preds[:top] if top else preds
+    for i, p in enumerate(shown, 1):
+        lines.append(
+            f"{i:>3} {p.topology.label():<26} {p.epoch_s * 1e3:>9.1f} {p.compute_s * 1e3:>8.1f} {p.comm_s * 1e3:>8.1f} "
+            f"{p.bubble_s * 1e3:>8.1f} {_gb(p.bytes['total']):>9} {p.peak_mem_bytes / 2**30:>9.2f}  "
+            + ("yes" if p.fits else f"no: {p.reason}")
+        )
+    notes = sorted({n for p in shown for n in p.notes})
+    if notes:
+        lines += [""] + [f"note: {n}" for n in notes]
+    lines.append("")
+    if fitting:
+        lines.append("recommended:")
+        lines.append("  " + train_command(fitting[0], dataset, spec))
+    else:
+        lines.append("no configuration fits the profile's memory; use more devices or a smaller model")
+    return "\n".join(lines)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    argv = list(argv or [])
+    if argv and argv[0] == "calibrate":
+        return calibrate_main(argv[1:])
+    args = _parser().parse_args(argv)
+    from gnnpipe.plan import ModelSpec, load_profile, rank_configs, train_command
+
+    if args.world < 1:
+        raise GnnpipeError(f"--world: expected at least 1 rank, got {args.world}")
+    if args.top < 0:
+        raise GnnpipeError(f"--top: expected >= 0, got {args.top}")
+    factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
+    if min(factors) < 1:
+        raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
+    spec = ModelSpec(args.model, args.layers, args.hidden, args.heads)
+    profile = load_profile(args.profile)
+    stats, dataset = _stats(args)
+    t0 = time.perf_counter()
+    preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
+                         estimate_nodes=args.estimate_nodes, seed=args.seed)
+    if not preds:
+        raise GnnpipeError(f"--world {args.world}: no feasible configuration for {stats.num_nodes} nodes")
+    if args.json:
+        fitting = [p for p in preds if p.fits]
+        out = {
+            "graph": {"name": stats.name, "num_nodes": stats.num_nodes, "num_edges": stats.num_edges,
+                      "num_features": stats.num_features, "num_classes": stats.num_classes,
+                      "sparse_nnz": stats.sparse_nnz},
+            "model": {"model": spec.model, "layers": spec.layers, "hidden": spec.hidden, "heads": spec.heads},
+            "profile": profile.name,
+            "world": args.world,
+            "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
+            "recommended": train_command(fitting[0], dataset, spec) if fitting else None,
+            "seconds": time.perf_counter() - t0,
+        }
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print(format_table(preds, stats, spec, profile, dataset, args.top))
+    return 0
+
+
+# ----------------------------------------------------------------------------- calibrate
+def _p2p_rank(comm, sizes: Sequence[int], reps: int = 20) -> dict:
+    """Ping-pong between ranks 0 and 1 (run by :func:`gnnpipe.testing.run_ranks`).
+
+    Returns:
+        on rank 0, ``{size_bytes: one-way seconds (median of reps)}``.
+    """
+    import statistics
+
+    import torch
+
+    out = {}
+    for n in sizes:
+        buf = torch.zeros(max(n // 4, 1), dtype=torch.float32)
+        times = []
+        for i in range(reps + 2):
+            comm.barrier()
+            t0 = time.perf_counter()
+            if comm.rank == 0:
+                comm.send(buf, 1, tag=1)
+                comm.recv(buf, 1, tag=2)
+            else:
+                comm.recv(buf, 0, tag=1)
+                comm.send(buf, 0, tag=2)
+            if i >= 2:
+                times.append((time.perf_counter() - t0) / 2.0)
+        out[int(buf.nbytes)] = statistics.median(times)
+    return out
+
+
+def _timeit(fn, reps: int) -> float:
+    import statistics
+
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def measure(quick: bool = False, p2p: bool = True) -> dict:
+    """Micro-benchmarks of this machine with one thread per process.
+
+    Returns:
+        dict with ``gemm_flops_s``, ``spmm_edge_width_s`` (and per width), ``mem_bytes_s``,
+        ``unit_overhead_s``, ``p2p`` (bytes → one-way seconds) and the derived link
+        bandwidth and latency.
+    """
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    reps = 3 if quick else 7
+    res: dict = {}
+    n = 4096 if quick else 16384
+    a = torch.randn(n, 256)
+    w = torch.randn(256, 256)
+    t = _timeit(lambda: a @ w, reps)
+    res["gemm_flops_s"] = 2.0 * n * 256 * 256 / t
+    # Random CSR, degree 40, 10,000 rows: the operand of a d-wide SpMM is 2.5-5 MB, like
+    # Squirrel or a Physics partition (a 50,000-row one runs ~4x slower, out of cache).
+    nn_ = 5000 if quick else 10000
+    deg = 40
+    rng = np.random.default_rng(0)
+    cols = rng.integers(0, nn_, size=nn_ * deg)
+    crow = np.arange(0, nn_ * deg + 1, deg)
+    adj = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(np.sort(cols.reshape(nn_, deg), axis=1).reshape(-1)),
+                                  torch.ones(nn_ * deg), size=(nn_, nn_))
+    per_w = {}
+    for width in (16, 64, 128):
+        x = torch.randn(nn_, width)
+        t = _timeit(lambda: torch.sparse.mm(adj, x), reps)
+        per_w[width] = nn_ * deg * width / t
+    res["spmm_by_width"] = per_w
+    res["spmm_edge_width_s"] = per_w[64]
+    big = torch.randn((8 if quick else 32) * 2**20 // 4 * 4)
+    dst = torch.empty_like(big)
+    t = _timeit(lambda: dst.copy_(big), reps)
+    res["mem_bytes_s"] = 2.0 * big.nbytes / t
+    # Fixed cost of one unit pass: a GCN-like unit (dropout, linear, SpMM, ReLU) forward
+    # and backward on 64 rows, where the arithmetic is negligible.
+    from gnnpipe.models.ops import hashed_dropout  # noqa: F401  (import cost outside the timing)
+
+    small = torch.sparse_csr_tensor(torch.arange(0, 65 * 4, 4)[:65], torch.randint(0, 64, (256,)), torch.ones(256), size=(64, 64))
+    lin = torch.nn.Linear(32, 32)
+    h = torch.randn(64, 32, requires_grad=True)
+
+    def unit():
+        z = torch.nn.functional.dropout(h, 0.5, True)
+        y = torch.relu(torch.sparse.mm(small, lin(z)))
+        y.sum().backward()
+
+    t_unit = _timeit(unit, 50 if quick else 200)
+    res["unit_overhead_s"] = t_unit / 2.0  # forward + backward = two passes
+    if p2p:
+        from gnnpipe.testing import run_ranks
+
+        sizes = [8, 2**20, 16 * 2**20] if not quick else [8, 2**20]
+        r = run_ranks("gnnpipe.cli.plan:_p2p_rank", 2, "torch", args={"sizes": sizes, "reps": 5 if quick else 20},
+                      timeout_s=300)
+        pp = {int(k): float(v) for k, v in r[0].items()}
+        res["p2p"] = pp
+        small_b, big_b = min(pp), max(pp)
+        res["latency_s"] = pp[small_b]
+        res["bw_bytes_s"] = (big_b - small_b) / max(pp[big_b] - pp[small_b], 1e-9)
+    return res
+
+
+def calibrate_main(argv: Sequence[str] | None = None) -> int:
+    """``gnnpipe-plan calibrate``: measure this machine and write a profile TOML."""
+    import datetime
+    import os
+
+    import psutil
+
+    from gnnpipe.plan import HardwareProfile, profile_toml, profiles_dir
+
+    ap = argparse.ArgumentParser(prog=f"{PROG} calibrate", description="Measure this machine; write a hardware profile.")
+    ap.add_argument("--out", type=Path, default=None, help="profile file (default gnnpipe/profiles/cpu-this-machine.toml)")
+    ap.add_argument("--quick", action="store_true", help="smaller, faster measurements")
+    ap.add_argument("--no-p2p", action="store_true", help="skip the 2-process Gloo measurement")
+    ap.add_argument("--debug", action="store_true")
+    args = ap.parse_args(argv)
+    out = args.out or profiles_dir() / "cpu-this-machine.toml"
+    cores = os.cpu_count() or 1
+    print(f"{PROG}: measuring GEMM, SpMM, memory bandwidth, unit overhead"
+          + ("" if args.no_p2p else " and Gloo point-to-point") + " with 1 thread per process", file=sys.stderr)
+    m = measure(quick=args.quick, p2p=not args.no_p2p)
+    total = psutil.virtual_memory().total
+    prof = HardwareProfile(
+        name="cpu-this-machine",
+        gemm_flops_s=m["gemm_flops_s"], spmm_edge_width_s=m["spmm_edge_width_s"], mem_bytes_s=m["mem_bytes_s"],
+        unit_overhead_s=m["unit_overhead_s"],
+        intra_bw_bytes_s=m.get("bw_bytes_s", 1e9), intra_latency_s=m.get("latency_s", 5e-5),
+        inter_bw_bytes_s=m.get("bw_bytes_s", 1e9), inter_latency_s=m.get("latency_s", 5e-5),
+        devices_per_node=cores, mem_bytes=total / cores, base_mem_bytes=3.0e8,
+        description=f"this machine: {cores} cores, one rank per core with 1 thread, Gloo over loopback",
+        source=f"gnnpipe-plan calibrate{' --quick' if args.quick else ''}, {datetime.date.today().isoformat()}",
+    )
+    spmm = ", ".join(f"d={w}: {v / 1e9:.2f} G" for w, v in m["spmm_by_width"].items())
+    comments = [
+        "Measured on this machine by `gnnpipe-plan calibrate` (scripts/calibrate.py), 1 thread per process.",
+        f"GEMM: [N x 256] @ [256 x 256], {m['gemm_flops_s'] / 1e9:.1f} GFLOP/s.",
+        f"SpMM: torch.sparse.mm, random CSR, 10,000 rows, degree 40, edge*width/s by width: {spmm}; the d=64 figure is used.",
+        f"Memory bandwidth: tensor copy, read + write bytes / s = {m['mem_bytes_s'] / 1e9:.2f} GB/s.",
+        f"Unit overhead: a GCN-like unit on 64 rows, forward + backward, half of {2 * m['unit_overhead_s'] * 1e6:.0f} us.",
+    ]
+    if "p2p" in m:
+        comments.append("Gloo ping-pong between 2 local processes, one-way median s by bytes: "
+                        + ", ".join(f"{k}: {v:.3g}" for k, v in m["p2p"].items()))
+    comments.append(f"Load average while measuring: {os.getloadavg()[0]:.1f} on {cores} cores "
+                    "(other processes slow every figure down).")
+    comments.append(f"Memory per device: total RAM / cores = {total / cores / 2**30:.1f} GiB; the node's devices are its cores.")
+    text = profile_toml(prof, comments)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as e:
+        raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
+    print(text)
+    print(f"{PROG}: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point with the shared error policy (one line, exit 2, for user errors)."""
+    return run_cli(_main, argv, prog=PROG)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

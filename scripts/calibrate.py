@@ -1,0 +1,14 @@
+"""Measure this machine and write gnnpipe/profiles/cpu-this-machine.toml.
+
+Same as ``gnnpipe-plan calibrate``; see :func:`gnnpipe.cli.plan.calibrate_main`::
+
+    OMP_NUM_THREADS=1 python scripts/calibrate.py [--out FILE] [--quick] [--no-p2p]
+"""
+
+import sys
+
+from gnnpipe.cli import run_cli
+from gnnpipe.cli.plan import calibrate_main
+
+if __name__ == "__main__":
+    sys.exit(run_cli(calibrate_main, prog="calibrate"))
