@@ -475,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if rank0:
             print(f"gnnpipe-train: error: {e}", file=sys.stderr)
-        elif not isinstance(e, (SetupError, NonFiniteLossError)):  # this rank's own failures (timeouts, dead peers)
+        elif comm is not None and not isinstance(e, (SetupError, NonFiniteLossError)):  # this rank's own failures (timeouts, dead peers)
             print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
