@@ -12,14 +12,16 @@ Two graph-parallel formulas live side by side:
 
 * ``paper``: ``V_G = 2·s·Σ_p M_p·(F + (L−1)·d)``: every aggregation layer exchanges its
   input halo forward and its gradient backward, the first layer F wide, the others d wide.
-* ``ours``: our graph-parallel executor sends the first layer's input halo (the constant
-  input features) once at start-up and never its gradient (features are not trained), so
-  per epoch only the layers whose inputs depend on the weights travel:
+* ``ours``: the first layer's input halo (the constant input features) never travels per
+  epoch, nor its gradient (features are not trained): our graph-parallel executor reads
+  its halo rows straight from the (memory-mapped) dataset at start-up, so per epoch only
+  the layers whose inputs depend on the weights travel:
   ``2·s·Σ_p M_p·n_x·d`` with ``n_x = L−1`` for models whose first graph layer reads the raw
   features (gcn, sage, gat) and ``n_x = L`` for models that start with an input linear
   layer (gcnii, resgcn+: their first aggregation already reads trained d-wide values).
-  The one-off start-up exchange is ``s·Σ_p M_p·F`` (forward only) for the former and zero
-  for the latter.
+  Where ranks cannot read the dataset, exchanging that halo once at start-up would cost
+  ``s·Σ_p M_p·F`` (:func:`startup_bytes`) for the former and nothing for the latter; our
+  executor sends zero bytes there.
 """
 
 from __future__ import annotations
@@ -106,7 +108,10 @@ def graph_parallel_bytes(
 
 
 def startup_bytes(sum_m: int, F: int, L: int, s: int = 4, model: str = "gcn") -> int:
-    """One-off bytes our graph-parallel executor sends before the first epoch.
+    """One-off bytes a start-up exchange of the input-feature halo would cost.
+
+    Our executor reads those rows from the dataset instead and sends nothing; this is the
+    figure for deployments where ranks do not share the dataset.
 
     The input-feature halo (forward only: features get no gradient) for models whose first
     graph layer reads the raw features; zero for models with an input linear layer or
