@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -163,7 +164,9 @@ class _ListPresets(argparse.Action):
         presets = list_presets()
         width = max((len(n) for n in presets), default=0)
         lines = [f"{n:<{width}}  {d}" for n, d in presets.items()]
-        parser.exit(0, "\n".join(lines + [f"(in {PRESET_DIR}; use --config NAME)"]) + "\n")
+        # A listing, like --help: stdout, not stderr.
+        sys.stdout.write("\n".join(lines + [f"(in {PRESET_DIR}; use --config NAME)"]) + "\n")
+        parser.exit(0)
 
 
 def load_toml(path: str | Path) -> dict:
