@@ -125,4 +125,5 @@ def test_tiny_trains_end_to_end_in_seconds(tmp_path):
     assert "val_acc" in lines[-1]
     resolved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert resolved["model"] == raw["model"] and resolved["layers"] == raw["layers"]
-    assert took < 30, f"tiny took {took:.1f} s"
+    # ~3 s alone (5 s with the imports); generous because the test machines are shared
+    assert took < 120, f"tiny took {took:.1f} s"
