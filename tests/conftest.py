@@ -22,3 +22,22 @@ def raw_datasets() -> Path:
     if not DATASETS.is_dir():
         pytest.skip(f"real datasets not found at {DATASETS} (set GNNPIPE_DATASETS)")
     return DATASETS
+
+
+@pytest.fixture(scope="session")
+def prepared_root(raw_datasets, tmp_path_factory) -> Path:
+    """A data root holding Cora prepared from the raw files (for distributed tests).
+
+    Sets GNNPIPE_DATA_ROOT for this process (children inherit it) for the session.
+    """
+    from gnnpipe.data.catalog import prepare
+
+    root = tmp_path_factory.mktemp("data-root")
+    prepare("cora", raw_dir=raw_datasets / "cora", root=root)
+    old = os.environ.get("GNNPIPE_DATA_ROOT")
+    os.environ["GNNPIPE_DATA_ROOT"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("GNNPIPE_DATA_ROOT", None)
+    else:
+        os.environ["GNNPIPE_DATA_ROOT"] = old
