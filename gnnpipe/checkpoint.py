@@ -225,7 +225,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: dict,
-                    keep: int = 2) -> Path:
+                    keep: int = 2, config: dict | None = None) -> Path:
     """Writes and commits this epoch's checkpoint; collective over ``comm``.
 
     Args:
@@ -236,6 +236,8 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
             plain values only).
         identity: :func:`run_identity` of this run (rank 0 writes it into ``COMMIT.json``).
         keep: committed checkpoints to keep (the new one included); older ones are deleted.
+        config: the run's whole configuration, recorded in ``COMMIT.json`` so that
+            ``--resume`` can default every setting to it.
 
     Returns:
         The committed checkpoint directory.
@@ -295,6 +297,7 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
                 for k in range(world)
             },
             "identity": identity,
+            "config": config,
         }
         _atomic_write(d / COMMIT_FILE, json.dumps(commit, indent=2, sort_keys=True, default=_jsonable) + "\n")
         _atomic_write(checkpoint_root(out) / LATEST_FILE, d.name + "\n")

@@ -394,7 +394,8 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
                     "rng": ckpt.rng_state(), "history": history, "identity": identity,
                     "config": cfg.to_dict(),
                 }
-                ckpt.save_checkpoint(comm, out, epoch, payload, identity, keep=KEEP_CHECKPOINTS)
+                ckpt.save_checkpoint(comm, out, epoch, payload, identity, keep=KEEP_CHECKPOINTS,
+                                     config=cfg.to_dict())
     finally:
         if bar is not None:
             bar.close()
@@ -426,6 +427,38 @@ def _atomic_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfig, Path]:
+    """``--resume``: settings given neither as flags nor in ``--config`` come from the checkpoint.
+
+    So ``gnnpipe-train --resume runs/X`` continues run X as it was, and ``--resume runs/X
+    --epochs 500`` extends it. Settings that change the math may still be given; the
+    trainer then refuses the checkpoint, naming them.
+
+    Returns:
+        ``(config, run directory)``: the run directory is where the checkpoint lives
+        (``--out`` defaults to it, so the run continues in place).
+    """
+    from dataclasses import fields
+
+    from gnnpipe.checkpoint import find_checkpoint, read_commit
+    from gnnpipe.config import build_parser, load_toml
+
+    where = find_checkpoint(cfg.resume)
+    saved = read_commit(where).get("config") or {}
+    known = {f.name for f in fields(TrainConfig)}
+    values = {k: v for k, v in saved.items() if k in known and k not in ("resume", "out")}
+    ns = build_parser().parse_args(list(argv))
+    if ns.config:
+        values.update(load_toml(ns.config))
+    for name in known:
+        if getattr(ns, name) is not None:
+            values[name] = getattr(ns, name)
+    try:
+        return TrainConfig(**values), where.parent.parent
+    except TypeError as e:
+        raise GnnpipeError(f"{where}/COMMIT.json config: {e}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``gnnpipe-train``: see the module docstring."""
     from gnnpipe.comm import detect_launch, init_communicator, threads_per_rank
@@ -450,13 +483,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 cfg, _ = parse_config(args)
+        resume_run = None
+        if cfg.resume:
+            try:
+                cfg, resume_run = config_for_resume(args, cfg)
+            except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
+                raise SetupError(str(e)) from e
         torch.set_num_threads(cfg.threads or threads_per_rank(launch))
         torch.set_flush_denormal(True)  # deep residual stacks drift into denormals: 10x slower math
         kind = cfg.comm
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
         comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
-        out = Path(cfg.out) if cfg.out else Path("runs") / f"{cfg.mode}-{cfg.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = Path(cfg.out) if cfg.out else resume_run if resume_run else Path("runs") / f"{cfg.mode}-{cfg.model}-{time.strftime('%Y%m%d-%H%M%S')}"
         if rank0:
             log.info("world %d (%s, %s communicator), mode %s, model %s-%d d=%d, dataset %s -> %s",
                      comm.world_size, launch.launcher, kind, cfg.mode, cfg.model, cfg.layers,

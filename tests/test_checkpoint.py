@@ -187,6 +187,24 @@ def test_resume_may_change_epochs_eval_and_checkpointing(tmp_path):
     assert ckpt.find_checkpoint(tmp_path / "more").name == "epoch-4"
 
 
+def test_cli_resume_takes_settings_from_the_checkpoint(tmp_path):
+    from gnnpipe.train import main
+
+    ref = tmp_path / "ref"
+    _train1(ref, **PIPE, epochs=8)
+    run = tmp_path / "run"
+    # one intra-op thread: the test machines' two cores are shared with other processes
+    flags = _cli_args(dict(PIPE, epochs=4, checkpoint_every=2, out=str(run), threads=1))
+    assert main(flags) == 0
+    # no settings but --epochs: the rest (model, snapshot period, seed, ...) is the checkpoint's
+    assert main(["--resume", str(run), "--epochs", "8", "--no-progress"]) == 0
+    _same_metrics(_metrics(run), _metrics(ref), "gnnpipe-train --resume RUN --epochs 8")
+    assert json.loads((run / "config.json").read_text())["snapshot_period"] == PIPE["snapshot_period"]
+    # a math setting given on the command line still has to match
+    assert main(["--resume", str(run), "--epochs", "9", "--layers", "3", "--no-progress"]) == 2
+    assert main(["--resume", str(tmp_path / "absent"), "--no-progress"]) == 2
+
+
 def test_damaged_rank_file_is_refused(tmp_path):
     run = tmp_path / "run"
     _train1(run, **GRAPH, epochs=2, checkpoint_every=2)

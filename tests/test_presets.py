@@ -114,7 +114,7 @@ def test_tiny_trains_end_to_end_in_seconds(tmp_path):
     from gnnpipe.train import main
 
     t0 = time.perf_counter()
-    rc = main(["--config", "tiny", "--out", str(tmp_path / "run"), "--no-progress"])
+    rc = main(["--config", "tiny", "--out", str(tmp_path / "run"), "--no-progress", "--threads", "1"])
     took = time.perf_counter() - t0
     assert rc == 0
     raw = tomllib.loads((PRESET_DIR / "tiny.toml").read_text())
