@@ -1,0 +1,3 @@
+from gnnpipe.bench.cli import main
+import sys
+sys.exit(main())

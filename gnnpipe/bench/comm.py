@@ -1,0 +1,222 @@
+"""``gnnpipe-bench comm``: communication volume per epoch, measured against predicted.
+
+For each graph (Squirrel, Coauthor-Physics and a Reddit-shaped synthetic graph), model and
+depth, and each mode on 4 ranks (graph P=4, pipeline S=4 C=16, hybrid 2 ways × 2 stages
+C=8), the measured bytes of one training epoch (``bytes_sent`` of ``metrics.jsonl``:
+halo = ``halo_fwd + halo_bwd``, pipe = ``pipe_act + pipe_grad``, ``allreduce``; eval
+and control traffic excluded) sit beside :func:`gnnpipe.plan.predict`'s bytes, which are
+:mod:`gnnpipe.partition.volume`'s formulas on Σ M_p of the same METIS partition the
+run makes (same seed). They must be equal to the byte.
+
+Volumes are linear in depth (graph parallelism, hybrid halos) or independent of it (the
+pipeline), so only a subset of depths is measured (``measured`` column); the others are
+predicted. The G/P ratio (halo bytes of graph parallelism over pipeline bytes) is put
+beside the paper's (GNNPIPE.md §4), predicted in the paper's setting (8 ranks, 32 layers,
+the paper's d) from Σ M_p of our 8-way METIS partition.
+
+The Reddit-shaped graph is an SBM with Reddit's average degree (~492) and feature width
+(602) and 41 classes, but 4,000 nodes instead of 232,965 so that it fits here: its
+volumes are Reddit's shape, not Reddit's size.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from gnnpipe.bench import common as C
+
+log = logging.getLogger(__name__)
+
+#: Reddit: 232,965 nodes, 114,615,892 directed edges (degree 492), 602 features, 41 classes.
+REDDIT_SHAPED = {"synth_nodes": 4000, "synth_degree": 492.0, "synth_features": 602, "synth_classes": 41}
+
+#: name -> (dataset, synth fields, models, paper's hidden width)
+DATASETS = {
+    "squirrel": ("squirrel", {}, ("gcn", "sage", "gcnii"), 1000),
+    "physics": ("coauthor_physics", {}, ("gcn", "gcnii"), 100),
+    "reddit-shaped": ("sbm", REDDIT_SHAPED, ("gcn", "gcnii"), 100),
+}
+QUICK = {"sbm-quick": ("sbm", {"synth_nodes": 2000, "synth_degree": 10.0, "synth_features": 32, "synth_classes": 4},
+                       ("gcn", "gcnii"), 100)}
+
+#: GNNPIPE.md §4, communication volume per epoch G -> P (8 GPUs, 32 layers).
+PAPER_RATIO = {("squirrel", "gcn"): 16.3, ("squirrel", "sage"): 22.5, ("squirrel", "gcnii"): 8.3,
+               ("reddit-shaped", "gcn"): 11.9, ("physics", "gcn"): 5.0}
+
+DEPTHS = (8, 16, 32, 64, 128)
+
+
+def topologies(world: int = 4):
+    """The three modes at ``world`` ranks: G world, P world (C = 4·S), H 2×(world/2) (C = 4·S)."""
+    from gnnpipe.plan import Topology
+
+    ts = [Topology("graph", ways=world), Topology("pipeline", stages=world, chunks=4 * world)]
+    if world >= 4 and world % 2 == 0:
+        ts.append(Topology("hybrid", ways=2, stages=world // 2, chunks=4 * (world // 2)))
+    return ts
+
+
+def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure: Sequence[int] = (8, 16),
+        only: Sequence[str] | None = None, hidden: int = 100, progress: bool = True) -> tuple[list[dict], str]:
+    """Measure and predict; write ``out/comm/``.
+
+    Args:
+        out: the results root.
+        quick: one small synthetic graph, depths (4, 8), depth 4 measured.
+        depths: depths to tabulate.
+        measure: depths to run (the rest are predicted only).
+        only: dataset names (keys of :data:`DATASETS`).
+        hidden: d of the measured runs.
+        progress: tqdm bar.
+
+    Returns:
+        (rows, markdown summary).
+    """
+    from gnnpipe.plan import ModelSpec, graph_stats_from_graph, load_profile, predict
+
+    dsets = QUICK if quick else {k: v for k, v in DATASETS.items() if not only or k in only}
+    if quick:
+        depths, measure = (4, 8), (4,)
+    out_dir = Path(out) / "comm"
+    prof = load_profile("cpu-this-machine")
+    topos = topologies(4)
+    jobs: list[C.Job] = []
+    rows: list[dict[str, Any]] = []
+    paper_rows = []
+    for name, (ds, synth, models, paper_d) in dsets.items():
+        graph = C.load_graph(ds, **synth)
+        stats = C.call_quietly(lambda: graph_stats_from_graph(graph, parts=[2, 4, 8], seed=0))
+        chunk_m = {t.chunks: C.chunk_halo_sum(graph, t.ways, t.chunks) for t in topos if t.mode == "hybrid"}
+        for model in models:
+            for L in depths:
+                spec = ModelSpec(model, L, hidden)
+                for t in topos:
+                    p = predict(stats, spec, t, prof)
+                    row = {"dataset": name, "nodes": stats.num_nodes, "edges": stats.num_edges,
+                           "features": stats.num_features, "model": model, "layers": L, "hidden": hidden,
+                           "mode": t.mode, "config": C.label(t), "measured": L in measure,
+                           "pred_halo": p.bytes["halo"], "pred_pipe": p.bytes["pipe"],
+                           "pred_allreduce": p.bytes["allreduce"], "pred_total": p.bytes["total"]}
+                    if t.mode == "hybrid":
+                        # What the hybrid executor sends: per-chunk halos (see chunk_halo_sum).
+                        from gnnpipe.partition.volume import exchanged_layers
+
+                        row["sum_m_chunks"] = chunk_m[t.chunks]
+                        row["sum_m_ways"] = stats.part(t.ways).sum_m
+                        row["pred_halo_chunked"] = 2 * 4 * hidden * exchanged_layers(model, L) * chunk_m[t.chunks]
+                    rows.append(row)
+                    if L in measure:
+                        jname = f"{name}-{model}{L}-{C.label(t)}"
+                        row["job"] = jname
+                        argv = ["--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
+                                "--hidden", str(hidden), "--epochs", "1", "--eval-every", "1000", "--seed", "0",
+                                *C.topo_flags(t)]
+                        jobs.append(C.Job(jname, argv, t.world))
+            # The paper's setting: 8 ranks, 32 layers, the paper's d; bytes are exact formulas.
+            ps = ModelSpec(model, 32, paper_d)
+            from gnnpipe.plan import Topology
+
+            g8 = predict(stats, ps, Topology("graph", ways=8), prof).bytes
+            p8 = predict(stats, ps, Topology("pipeline", stages=8, chunks=32), prof).bytes
+            paper_rows.append({"dataset": name, "model": model, "d": paper_d, "pred_G_halo_8": g8["halo"],
+                               "pred_P_8": p8["pipe"], "pred_ratio_8": g8["halo"] / p8["pipe"],
+                               "paper_ratio": PAPER_RATIO.get((name, model), float("nan")),
+                               "sum_m_8": stats.part(8).sum_m})
+    res = C.run_jobs(jobs, out_dir / "runs", progress=progress, desc="comm")
+    n_eq = n_meas = 0
+    for row in rows:
+        if "job" not in row:
+            continue
+        r = res[row["job"]]
+        n_meas += 1
+        if r["error"] or not r["metrics"]:
+            row["error"] = (r["error"] or "no metrics")[:300]
+            row["equal"] = False
+            continue
+        m = C.measured_bytes(r["metrics"][0])
+        row.update({"meas_halo": m["halo"], "meas_pipe": m["pipe"], "meas_allreduce": m["allreduce"],
+                    "meas_total": sum(m.values())})
+        row["equal"] = (m["halo"], m["pipe"], m["allreduce"]) == (row["pred_halo"], row["pred_pipe"], row["pred_allreduce"])
+        n_eq += row["equal"]
+        if "pred_halo_chunked" in row:
+            row["equal_chunked"] = (m["halo"], m["pipe"], m["allreduce"]) == (
+                row["pred_halo_chunked"], row["pred_pipe"], row["pred_allreduce"])
+    md = summarize(rows, paper_rows, n_eq, n_meas)
+    hy = [r for r in rows if "equal_chunked" in r]
+    if hy:
+        md += (f"\n\nHybrid: plan.predict counts Σ_w M_w (distinct remote neighbours per way); the executor "
+               f"exchanges per chunk, Σ_w Σ_k M_w,k. With that sum the hybrid's measured bytes equal "
+               f"the formula in {sum(r['equal_chunked'] for r in hy)} of {len(hy)} runs "
+               f"(Σ_k M_w,k / Σ_w M_w = {hy[0]['sum_m_chunks'] / max(hy[0]['sum_m_ways'], 1):.2f} on {hy[0]['dataset']}).")
+    C.write_results(out_dir, rows, md, {"paper_setting": paper_rows, "measured_equal": n_eq, "measured": n_meas,
+                                        "measured_depths": list(measure), "reddit_shaped": REDDIT_SHAPED})
+    plot(rows, out_dir / "comm_volume.png")
+    return rows, md
+
+
+def summarize(rows: list[dict], paper_rows: list[dict], n_eq: int, n_meas: int) -> str:
+    """The markdown summary: per (dataset, model, depth) the bytes of each mode and G/P."""
+    gib = 2.0 ** 30
+    by: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault((r["dataset"], r["model"], r["layers"]), {})[r["mode"]] = r
+    out = [f"Measured bytes equal predicted bytes in {n_eq} of {n_meas} measured runs "
+           "(halo, pipe and all-reduce categories each compared exactly).", ""]
+    table = []
+    for (ds, model, L), modes in by.items():
+        g, p, h = modes.get("graph"), modes.get("pipeline"), modes.get("hybrid")
+        meas = g["measured"]
+        def cell(r):
+            if r is None:
+                return "–"
+            v = r["pred_total"] / gib
+            if r["measured"] and "meas_total" in r:
+                mv = r["meas_total"] / gib
+                if r.get("equal"):
+                    return f"{mv:.4f} ="
+                return f"{mv:.4f} ≠ {v:.4f}" + (" (=*)" if r.get("equal_chunked") else "")
+            if r["measured"]:
+                return "failed"
+            return f"{v:.4f}"
+        ratio = g["pred_halo"] / p["pred_pipe"] if p and p["pred_pipe"] else float("nan")
+        table.append([ds, f"{model}-{L}", "measured" if meas else "predicted", cell(g), cell(p), cell(h),
+                      f"{ratio:.1f}×"])
+    out.append(C.md_table(["graph", "model", "bytes", "G4 GiB", "P4 GiB", "H2x2 GiB", "G/P halo÷pipe"], table))
+    out += ["", "(Measured rows show the measured GiB; `=`: equal to plan.predict to the byte; `≠ X`: plan.predict "
+            "said X; `(=*)`: equal to the per-chunk hybrid formula below. Totals include the weight all-reduce.)", "",
+            "G/P in the paper's setting (8 ranks, 32 layers, the paper's d; predicted from our METIS Σ M_p):", ""]
+    out.append(C.md_table(["graph", "model", "d", "Σ M_p (P=8)", "G halo GiB", "P GiB", "G/P ours", "G/P paper"],
+                          [[r["dataset"], r["model"], r["d"], r["sum_m_8"], r["pred_G_halo_8"] / gib, r["pred_P_8"] / gib,
+                            f"{r['pred_ratio_8']:.1f}×", (f"{r['paper_ratio']}×" if r["paper_ratio"] == r["paper_ratio"] else "–")]
+                           for r in paper_rows]))
+    return "\n".join(out)
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Bytes per epoch against depth, one panel per graph, lines per mode and model."""
+    plt = C.pyplot()
+    dsets = list(dict.fromkeys(r["dataset"] for r in rows))
+    fig, axes = plt.subplots(1, len(dsets), figsize=(4.2 * len(dsets), 3.4), squeeze=False)
+    styles = {"graph": "-", "pipeline": "--", "hybrid": ":"}
+    for ax, ds in zip(axes[0], dsets):
+        for model in dict.fromkeys(r["model"] for r in rows if r["dataset"] == ds):
+            for mode, ls in styles.items():
+                rs = sorted((r for r in rows if r["dataset"] == ds and r["model"] == model and r["mode"] == mode),
+                            key=lambda r: r["layers"])
+                if not rs:
+                    continue
+                line, = ax.plot([r["layers"] for r in rs], [r["pred_total"] / 2**30 for r in rs], ls,
+                                label=f"{model} {mode}")
+                mr = [r for r in rs if "meas_total" in r]
+                ax.plot([r["layers"] for r in mr], [r["meas_total"] / 2**30 for r in mr], "o",
+                        color=line.get_color(), ms=4)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(ds)
+        ax.set_xlabel("layers")
+        ax.set_ylabel("GiB per epoch (4 ranks)")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle("communication per epoch: lines predicted, dots measured", fontsize=9)
+    return C.save_fig(fig, path)

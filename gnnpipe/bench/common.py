@@ -1,0 +1,393 @@
+"""Shared pieces of the benchmarks: running configurations, reading metrics, statistics,
+markdown tables, CSV/JSON outputs and plots.
+
+Nothing here prints; the CLI prints the tables these functions return.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from gnnpipe import GnnpipeError
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class BenchError(GnnpipeError):
+    """A benchmark could not run (a failed launch, a missing result file)."""
+
+
+def venv_bin() -> Path:
+    """The folder of this interpreter's console scripts (``mpirun``, ``gnnpipe-*``)."""
+    return Path(sys.executable).parent
+
+
+# ----------------------------------------------------------------------------- running
+@dataclass
+class Job:
+    """One ``gnnpipe-train`` configuration.
+
+    Args:
+        name: unique within a benchmark (a folder name).
+        argv: ``gnnpipe-train`` flags (``--out`` and ``--no-progress`` are added).
+        world: ranks (``mpirun -np``).
+        meta: anything the benchmark wants back beside the metrics.
+    """
+
+    name: str
+    argv: list[str]
+    world: int
+    meta: dict = field(default_factory=dict)
+
+
+def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s: float = 3600.0,
+             progress: bool = True, desc: str = "runs") -> dict[str, dict]:
+    """Run every job under the venv's ``mpirun``; return each one's outcome by name.
+
+    Jobs of one world size share one ``mpirun`` of :mod:`gnnpipe.bench.worker` unless
+    ``fresh`` (one ``mpirun`` per job: each job's ``peak_rss_mb`` is then its own).
+
+    Args:
+        jobs: the configurations.
+        run_dir: each job writes into ``run_dir/<name>/``; earlier contents are replaced.
+        fresh: one process group per job.
+        timeout_s: limit per ``mpirun``.
+        progress: tqdm bar on stderr, advanced as jobs finish.
+        desc: the bar's label.
+
+    Returns:
+        ``{name: {"metrics": [per-epoch dicts], "summary": dict | None, "error": str | None,
+        "out": path}}``.
+    """
+    import shutil
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for j in jobs:
+        out = run_dir / j.name
+        if out.exists():
+            shutil.rmtree(out)
+    groups: list[list[Job]] = []
+    if fresh:
+        groups = [[j] for j in jobs]
+    else:
+        by_world: dict[int, list[Job]] = {}
+        for j in jobs:
+            by_world.setdefault(j.world, []).append(j)
+        groups = list(by_world.values())
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc=desc, unit="run", file=sys.stderr)
+    try:
+        for gi, group in enumerate(groups):
+            spec = [{"name": j.name, "argv": j.argv, "out": str(run_dir / j.name)} for j in group]
+            jf = run_dir / f"jobs-{gi}.json"
+            jf.write_text(json.dumps(spec, indent=1))
+            cmd = [str(venv_bin() / "mpirun"), "-np", str(group[0].world), sys.executable, "-m",
+                   "gnnpipe.bench.worker", str(jf)]
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            errf = open(run_dir / f"jobs-{gi}.stderr", "w")
+            p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=errf, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+            t0 = time.time()
+            done: set[str] = set()
+            try:
+                while True:
+                    rc = p.poll()
+                    for j in group:
+                        if j.name not in done and _finished(run_dir / j.name):
+                            done.add(j.name)
+                            if bar is not None:
+                                bar.update(1)
+                    if rc is not None:
+                        break
+                    if time.time() - t0 > timeout_s:
+                        _kill_group(p)
+                        break
+                    time.sleep(0.5)
+            finally:
+                if p.poll() is None:
+                    _kill_group(p)
+                errf.close()
+            if bar is not None:
+                bar.update(len(group) - len(done))
+            if p.returncode not in (0, None):
+                log.warning("mpirun exited %s; see %s", p.returncode, run_dir / f"jobs-{gi}.stderr")
+    finally:
+        if bar is not None:
+            bar.close()
+    results = {}
+    for j in jobs:
+        out = run_dir / j.name
+        err = None
+        if (out / "error.txt").exists():
+            err = (out / "error.txt").read_text().strip()
+        elif not (out / "summary.json").exists():
+            tail = ""
+            for f in run_dir.glob("jobs-*.stderr"):
+                tail = f.read_text()[-1500:] if f.stat().st_size else tail
+            err = f"no summary.json (the run died or timed out); stderr tail: {tail}"
+        results[j.name] = {
+            "metrics": read_metrics(out) if (out / "metrics.jsonl").exists() else [],
+            "summary": json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None,
+            "error": err, "out": str(out),
+        }
+    return results
+
+
+def _finished(out: Path) -> bool:
+    return (out / "summary.json").exists() or (out / "error.txt").exists()
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def read_metrics(out: Path) -> list[dict]:
+    """The per-epoch records of a run directory's ``metrics.jsonl``.
+
+    Raises:
+        BenchError: the file is missing or a line is not JSON (naming the file and line).
+    """
+    path = Path(out) / "metrics.jsonl"
+    if not path.exists():
+        raise BenchError(f"{path}: missing (the run wrote no metrics)")
+    recs = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                recs.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise BenchError(f"{path}:{i}: not JSON ({e})") from None
+    return recs
+
+
+def measured_bytes(rec: Mapping[str, Any]) -> dict[str, int]:
+    """One epoch's bytes by the cost model's categories: ``halo``, ``pipe``, ``allreduce``.
+
+    Evaluation, control and metric traffic are left out: the model predicts training.
+    """
+    b = rec["bytes_sent"]
+    return {"halo": int(b.get("halo_fwd", 0) + b.get("halo_bwd", 0)),
+            "pipe": int(b.get("pipe_act", 0) + b.get("pipe_grad", 0)),
+            "allreduce": int(b.get("allreduce", 0))}
+
+
+# ----------------------------------------------------------------------------- statistics
+def geomean(xs: Iterable[float]) -> float:
+    """Geometric mean of positive numbers (``exp(mean(log x))``).
+
+    Raises:
+        BenchError: empty input or a value that is not positive and finite.
+    """
+    vals = list(xs)
+    if not vals:
+        raise BenchError("geomean: no values")
+    for v in vals:
+        if not (v > 0 and math.isfinite(v)):
+            raise BenchError(f"geomean: values must be positive and finite, got {v!r}")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def median_spread(xs: Sequence[float]) -> tuple[float, float, float]:
+    """(median, min, max) of the samples."""
+    if not xs:
+        raise BenchError("median_spread: no samples")
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def planner_hits(rows: Sequence[Mapping[str, Any]], group: Sequence[str], config: str = "config",
+                 predicted: str = "predicted_s", measured: str = "measured_s",
+                 first_choice: Mapping[tuple, str] | None = None) -> list[dict]:
+    """For every group of rows, is the planner's first choice the fastest measured one?
+
+    Args:
+        rows: one row per (group, configuration) with the predicted and measured times.
+        group: keys that make a group (e.g. ``("dataset", "model", "world")``).
+        config: the key naming the configuration.
+        predicted, measured: keys of the two times.
+        first_choice: the planner's first choice per group (its key tuple); by default
+            the row with the smallest prediction in the group.
+
+    Returns:
+        one dict per group: the group's keys, ``first_choice``, ``fastest`` (smallest
+        measured), ``hit`` (whether they are the same configuration), ``loss`` (measured
+        time of the first choice over the fastest measured time, 1.0 on a hit).
+    """
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in group), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        fastest = min(rs, key=lambda r: r[measured])
+        if first_choice is not None and key in first_choice:
+            fc = first_choice[key]
+        else:
+            fc = min(rs, key=lambda r: r[predicted])[config]
+        fc_rows = [r for r in rs if r[config] == fc]
+        loss = fc_rows[0][measured] / fastest[measured] if fc_rows else float("nan")
+        out.append({**dict(zip(group, key)), "first_choice": fc, "fastest": fastest[config],
+                    "hit": fc == fastest[config], "loss": loss})
+    return out
+
+
+def rel_error(pred: float, meas: float) -> float:
+    """(predicted − measured) / measured."""
+    return (pred - meas) / meas
+
+
+# ----------------------------------------------------------------------------- outputs
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub markdown table; floats get 3 significant decimals unless preformatted."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            if math.isnan(v):
+                return "–"
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]], summary_md: str, extra: Mapping | None = None) -> None:
+    """``results.csv``, ``results.json`` and ``summary.md`` in ``out_dir``.
+
+    The CSV holds the scalar columns (union over rows, first-seen order); the JSON holds
+    the rows whole plus ``extra`` (settings, summary figures) and the date.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cols: list[str] = []
+    for r in rows:
+        for k, v in r.items():
+            if k not in cols and not isinstance(v, (dict, list)):
+                cols.append(k)
+    with open(out_dir / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in cols})
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["gnnpipe-bench", *sys.argv[1:]]),
+           **(dict(extra) if extra else {}), "rows": list(rows)}
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    (out_dir / "summary.md").write_text(summary_md.rstrip() + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_fig(fig, path: Path) -> Path:
+    """Save small (100 dpi) and close."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    pyplot().close(fig)
+    return path
+
+
+def load_graph(dataset: str, **synth: Any):
+    """The graph ``gnnpipe-train --dataset DATASET [--synth-*]`` trains on (same loader)."""
+    from gnnpipe.config import TrainConfig
+    from gnnpipe.train import load_graph_for
+
+    return load_graph_for(TrainConfig(dataset=dataset, **synth))
+
+
+def synth_flags(synth: Mapping[str, Any]) -> list[str]:
+    """``--synth-nodes`` ... flags for a dict of TrainConfig synth_* fields."""
+    out: list[str] = []
+    for k, v in synth.items():
+        out += ["--" + k.replace("_", "-"), str(v)]
+    return out
+
+
+def topo_flags(topo) -> list[str]:
+    """``gnnpipe-train`` flags for a :class:`gnnpipe.plan.Topology`."""
+    if topo.mode == "graph":
+        return ["--mode", "graph"]
+    return ["--mode", topo.mode, "--ways", str(topo.ways), "--stages", str(topo.stages), "--chunks", str(topo.chunks)]
+
+
+def label(topo) -> str:
+    """Short name of a topology for tables and folders: ``G4``, ``P4c16``, ``H2x2c8``."""
+    if topo.mode == "graph":
+        return f"G{topo.ways}"
+    if topo.mode == "pipeline":
+        return f"P{topo.stages}c{topo.chunks}"
+    return f"H{topo.ways}x{topo.stages}c{topo.chunks}"
+
+
+def call_quietly(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` with gnnpipe's INFO logging muted (partitioning logs per call)."""
+    lg = logging.getLogger("gnnpipe")
+    old = lg.level
+    lg.setLevel(logging.WARNING)
+    try:
+        return fn()
+    finally:
+        lg.setLevel(old)
+
+
+def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "metis") -> int:
+    """Σ over ways w and their chunks k of M_{w,k}: distinct neighbours in OTHER ways of
+    chunk k's nodes, on the plan ``gnnpipe-train`` builds (same method and seed).
+
+    The hybrid executor exchanges boundary rows per chunk (:class:`gnnpipe.parallel.
+    pipeline.WayLink`), so a remote vertex needed by two chunks of a way travels twice:
+    its halo bytes per epoch are ``2·s·d·n_x·`` this sum, not ``2·s·d·n_x·Σ_w M_w``.
+    """
+    import numpy as np
+
+    from gnnpipe.partition.plan import build_plan
+
+    plan = call_quietly(lambda: build_plan(graph, ways, chunks, method=method, seed=seed, stats=False))
+    ip, ix = np.asarray(graph.indptr), np.asarray(graph.indices)
+    src = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(ip))
+    remote = plan.part[ix] != plan.part[src]
+    keys = plan.chunk[src[remote]].astype(np.int64) * graph.num_nodes + ix[remote]
+    return int(np.unique(keys).size)
