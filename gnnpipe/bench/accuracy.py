@@ -1,0 +1,198 @@
+"""Accuracy benchmark: the paper's protocol on the datasets we have, in every mode.
+
+``gnnpipe-bench accuracy [--only NAME ...] [--seeds 0 1 2] [--epochs N]`` (:func:`run`) or
+``python scripts/bench_accuracy.py`` (:func:`main`, the original interface).
+
+Each configuration runs ``gnnpipe-train`` under the venv's ``mpirun`` (4 ranks unless the
+configuration says otherwise) and reads its ``summary.json``: test accuracy at the best
+validation accuracy (exact full-graph evaluation every ``eval_every`` epochs). Results go
+to ``results/accuracy/<name>/`` (one run directory per configuration and seed),
+``results/accuracy.json`` and ``results/accuracy.md``.
+
+    gnnpipe-bench accuracy --only cora-gcn2-graph --seeds 0 1 2
+    python scripts/bench_accuracy.py --list
+    python scripts/bench_accuracy.py --only cora-gcn2-graph cora-gcnii64-graph
+    python scripts/bench_accuracy.py --group pipeline --seeds 0 1 2
+
+When ``docs/benchmarks.md`` has the markers ``<!-- accuracy:begin -->`` and
+``<!-- accuracy:end -->``, :func:`run` replaces what lies between them with the table.
+
+Targets (issues 4 and 5): Cora GCN-2 graph-parallel ≥ 80.5 %, Cora GCNII-64 ≥ 84.5 %;
+pipeline (4 stages, 16 chunks) within 1.5 points of graph-parallel for GCNII and ResGCN+
+(32 layers, d=100) on Squirrel and Physics, and ≥ the paper's pipeline numbers − 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+# name -> (group, ranks, gnnpipe-train flags, target note)
+COMMON_DEEP = ["--layers", "32", "--hidden", "100", "--dropout", "0.5", "--lr", "0.001", "--weight-decay", "0"]
+CONFIGS: dict[str, tuple[str, int, list[str], str]] = {
+    "cora-gcn2-graph": ("anchor", 4, ["--dataset", "cora", "--mode", "graph", "--model", "gcn", "--layers", "2",
+                                       "--hidden", "16", "--dropout", "0.5", "--lr", "0.01", "--weight-decay", "5e-4",
+                                       "--epochs", "200", "--eval-every", "1"], ">= 80.5 (Kipf & Welling 81.5)"),
+    "cora-gcnii64-graph": ("anchor", 4, ["--dataset", "cora", "--mode", "graph", "--model", "gcnii", "--layers", "64",
+                                          "--hidden", "64", "--dropout", "0.6", "--lr", "0.01", "--weight-decay", "5e-4",
+                                          "--alpha", "0.1", "--lam", "0.5", "--epochs", "600", "--eval-every", "5"],
+                           ">= 84.5 (GCNII paper 85.5)"),
+}
+for ds, epochs, ev in (("squirrel", 500, 10), ("coauthor_physics", 300, 10)):
+    short = "physics" if ds == "coauthor_physics" else ds
+    for model, mname in (("gcnii", "gcnii32"), ("resgcn+", "resgcn32")):
+        base = ["--dataset", ds, "--model", model, *COMMON_DEEP, "--epochs", str(epochs), "--eval-every", str(ev)]
+        CONFIGS[f"{short}-{mname}-graph"] = ("deep", 4, base + ["--mode", "graph"], "graph-parallel reference")
+        CONFIGS[f"{short}-{mname}-pipeline"] = ("pipeline", 4, base + ["--mode", "pipeline", "--stages", "4", "--chunks", "16"],
+                                                "within 1.5 of graph; >= paper P - 2")
+        CONFIGS[f"{short}-{mname}-hybrid"] = ("hybrid", 4, base + ["--mode", "hybrid", "--ways", "2", "--stages", "2",
+                                                                   "--chunks", "8"], "within 1.5 of graph")
+
+PAPER_P = {"squirrel-gcnii32": 38.04, "squirrel-resgcn32": 37.56, "physics-gcnii32": 94.03, "physics-resgcn32": 92.80}
+
+
+def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | None = None) -> dict:
+    group, ranks, flags, target = CONFIGS[name]
+    if epochs is not None:  # --epochs override: replace the configuration's own value
+        flags = list(flags)
+        flags[flags.index("--epochs") + 1] = str(epochs)
+    out = out_root / name / f"seed{seed}"
+    cmd = [str(VENV_BIN / "mpirun"), "-np", str(ranks), str(VENV_BIN / "gnnpipe-train"), *flags,
+           "--seed", str(seed), "--out", str(out), "--no-progress"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        return {"name": name, "seed": seed, "ok": False, "error": p.stderr[-2000:], "wall_s": wall}
+    s = json.loads((out / "summary.json").read_text())
+    return {"name": name, "seed": seed, "ok": True, "test_acc": s["test_acc_at_best_val"],
+            "best_val_acc": s["best_val_acc"], "best_epoch": s["best_epoch"],
+            "mean_epoch_time_s": s["mean_epoch_time_s"], "wall_s": wall, "target": target,
+            "command": " ".join(cmd[2:])}
+
+
+def summarize(results: list[dict]) -> str:
+    import statistics
+
+    by: dict[str, list[dict]] = {}
+    for r in results:
+        by.setdefault(r["name"], []).append(r)
+    lines = ["| config | seeds | test acc % (mean ± sd) | target | mean epoch s |", "|---|---|---|---|---|"]
+    for name, rs in by.items():
+        ok = [r for r in rs if r.get("ok")]
+        if not ok:
+            lines.append(f"| {name} | {len(rs)} | FAILED | {CONFIGS[name][3]} | |")
+            continue
+        accs = [100 * r["test_acc"] for r in ok]
+        sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
+        ep = statistics.mean(r["mean_epoch_time_s"] for r in ok)
+        tgt = CONFIGS[name][3]
+        key = name.rsplit("-", 1)[0]
+        if key in PAPER_P and name.endswith("pipeline"):
+            tgt += f" (paper P {PAPER_P[key]})"
+        lines.append(f"| {name} | {len(ok)} | {statistics.mean(accs):.2f} ± {sd:.2f} | {tgt} | {ep:.3f} |")
+    return "\n".join(lines)
+
+
+MARK_BEGIN, MARK_END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
+
+
+def fill_doc(doc: Path, md: str) -> bool:
+    """Replace the text between the accuracy markers of ``doc``; False when absent."""
+    if not doc.exists():
+        return False
+    text = doc.read_text()
+    if MARK_BEGIN not in text or MARK_END not in text:
+        return False
+    a, rest_ = text.split(MARK_BEGIN, 1)
+    _, b = rest_.split(MARK_END, 1)
+    doc.write_text(f"{a}{MARK_BEGIN}\n{md}\n{MARK_END}{b}")
+    return True
+
+
+def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | None = None, progress: bool = True,
+        timeout: int = 7200, doc: Path | None = None) -> tuple[list[dict], str]:
+    """``gnnpipe-bench accuracy``: run the configurations, merge into ``out/accuracy.json``.
+
+    Args:
+        out: results root (runs in ``out/accuracy/<name>/seed<k>``).
+        quick: Cora GCN-2 graph-parallel only, 20 epochs, one seed.
+        only: configuration names (default: all of :data:`CONFIGS`).
+        seeds: default ``[0]``.
+        epochs: override every configuration's epoch count.
+        progress: tqdm bar over (configuration, seed).
+        timeout: seconds per run.
+        doc: markdown file whose accuracy section to fill (default ``docs/benchmarks.md``
+            of the repository; not touched in quick mode).
+
+    Returns:
+        (all results in the JSON file, markdown table).
+    """
+    from tqdm import tqdm
+
+    from gnnpipe.bench import common as C
+
+    names = ["cora-gcn2-graph"] if quick else (only or list(CONFIGS))
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise C.BenchError(f"accuracy --only: unknown configuration(s) {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
+    seeds = [0] if quick or not seeds else list(seeds)
+    epochs = 20 if quick else epochs
+    out = Path(out)
+    results_file = out / "accuracy.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else []
+    for name, seed in tqdm([(n, s) for n in names for s in seeds], desc="accuracy", disable=not progress):
+        r = run_one(name, seed, out / "accuracy", timeout, epochs)
+        results = [x for x in results if not (x["name"] == name and x["seed"] == seed)] + [r]
+        results_file.parent.mkdir(parents=True, exist_ok=True)
+        results_file.write_text(json.dumps(results, indent=2) + "\n")
+    md = summarize(results)
+    C.write_results(out / "accuracy", results, md, {"seeds": seeds, "epochs_override": epochs})
+    if not quick:
+        fill_doc(doc or REPO / "docs" / "benchmarks.md", f"_Filled by `gnnpipe-bench accuracy` on "
+                 f"{time.strftime('%Y-%m-%d')} from results/accuracy.json._\n\n{md}")
+    return results, md
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="*", default=None, help="configuration names")
+    ap.add_argument("--group", choices=("anchor", "deep", "pipeline", "hybrid"), default=None)
+    ap.add_argument("--seeds", nargs="*", type=int, default=[0])
+    ap.add_argument("--out", default=str(REPO / "results"))
+    ap.add_argument("--timeout", type=int, default=7200, help="seconds per run")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        for n, (g, r, f, t) in CONFIGS.items():
+            print(f"{n:28s} {g:9s} {r} ranks  target: {t}")
+        return 0
+    names = a.only or [n for n, c in CONFIGS.items() if a.group is None or c[0] == a.group]
+    out_root = Path(a.out) / "accuracy"
+    results_file = Path(a.out) / "accuracy.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else []
+    for name in names:
+        for seed in a.seeds:
+            print(f"[{time.strftime('%H:%M:%S')}] {name} seed {seed} ...", flush=True)
+            r = run_one(name, seed, out_root, a.timeout)
+            results = [x for x in results if not (x["name"] == name and x["seed"] == seed)] + [r]
+            print(f"    -> {r.get('test_acc', r.get('error', '')[-300:])} ({r['wall_s']:.0f} s)", flush=True)
+            results_file.parent.mkdir(parents=True, exist_ok=True)
+            results_file.write_text(json.dumps(results, indent=2) + "\n")
+    md = summarize(results)
+    (Path(a.out) / "accuracy.md").write_text(f"# Accuracy ({time.strftime('%Y-%m-%d')})\n\n{md}\n")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

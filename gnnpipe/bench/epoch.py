@@ -1,0 +1,167 @@
+"""``gnnpipe-bench epoch``: epoch time and its breakdown, against the cost model and planner.
+
+For each case (graph, model, depth, d) and world size (2: graph P=2, pipeline S=2 C=8;
+4: graph P=4, pipeline S=4 C=16, hybrid 2×2 C=8), ``runs`` separate training runs of
+``epochs`` epochs each (every run a fresh model and executor; the first epoch of each run
+is skipped as warm-up). Reported per configuration: the median epoch time over all kept
+epochs and the spread (min–max of the per-run medians), the medians of ``compute_s``,
+``comm_s`` and ``bubble_s`` (each the maximum over ranks, as ``metrics.jsonl`` records
+them), the cost model's prediction with profile ``cpu-this-machine`` and its relative
+error. Per (case, world size): whether the planner's first choice
+(:func:`gnnpipe.plan.rank_configs` over the measured topologies, chunks = 4·S) is the
+fastest measured configuration. Averages across configurations are geometric means.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from gnnpipe.bench import common as C
+
+#: name -> (dataset, synth fields, model, layers, hidden)
+CASES = {
+    "squirrel-gcn16": ("squirrel", {}, "gcn", 16, 100),
+    "squirrel-gcnii16": ("squirrel", {}, "gcnii", 16, 100),
+    "sbm20k-gcnii16": ("sbm", {"synth_nodes": 20000, "synth_degree": 10.0, "synth_features": 32, "synth_classes": 8},
+                       "gcnii", 16, 64),
+}
+QUICK_CASES = {"sbm2k-gcnii4": ("sbm", {"synth_nodes": 2000, "synth_degree": 10.0, "synth_features": 16, "synth_classes": 4},
+                                "gcnii", 4, 32)}
+
+
+def world_topologies(world: int):
+    """Topologies measured at ``world`` ranks (chunks = 4·S as the paper)."""
+    from gnnpipe.plan import Topology
+
+    ts = [Topology("graph", ways=world), Topology("pipeline", stages=world, chunks=4 * world)]
+    if world == 4:
+        ts.append(Topology("hybrid", ways=2, stages=2, chunks=8))
+    return ts
+
+
+def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: int = 3, epochs: int = 5,
+        only: Sequence[str] | None = None, progress: bool = True) -> tuple[list[dict], str]:
+    """Measure, predict, rank; write ``out/epoch/``. Returns (rows, markdown)."""
+    from gnnpipe.plan import ModelSpec, graph_stats_from_graph, load_profile, predict, rank_configs
+
+    cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
+    if quick:
+        worlds, runs, epochs = (4,), 2, 3
+    prof = load_profile("cpu-this-machine")
+    out_dir = Path(out) / "epoch"
+    jobs, rows, firsts = [], [], {}
+    for cname, (ds, synth, model, L, d) in cases.items():
+        graph = C.load_graph(ds, **synth)
+        stats = C.call_quietly(lambda: graph_stats_from_graph(graph, parts=sorted({w for w in worlds} | {2}), seed=0))
+        spec = ModelSpec(model, L, d)
+        for w in worlds:
+            ranked = rank_configs(stats, spec, w, prof, chunk_factors=(4,), estimate=False)
+            measured_labels = {C.label(t) for t in world_topologies(w)}
+            ranked = [p for p in ranked if C.label(p.topology) in measured_labels]
+            firsts[(cname, w)] = C.label(ranked[0].topology)
+            for t in world_topologies(w):
+                p = predict(stats, spec, t, prof)
+                row = {"case": cname, "dataset": ds, "model": model, "layers": L, "hidden": d, "world": w,
+                       "mode": t.mode, "config": C.label(t), "pred_s": p.epoch_s, "pred_compute_s": p.compute_s,
+                       "pred_comm_s": p.comm_s, "pred_bubble_s": p.bubble_s, "pred_mem_gib": p.peak_mem_bytes / 2**30}
+                row["jobs"] = []
+                for r in range(runs):
+                    jname = f"{cname}-{C.label(t)}-r{r}"
+                    row["jobs"].append(jname)
+                    jobs.append(C.Job(jname, ["--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
+                                              "--hidden", str(d), "--epochs", str(epochs), "--eval-every", "100000",
+                                              "--seed", str(r), *C.topo_flags(t)], w))
+                rows.append(row)
+    res = C.run_jobs(jobs, out_dir / "runs", progress=progress, desc="epoch")
+    for row in rows:
+        eps, per_run, errs = [], [], []
+        for j in row.pop("jobs"):
+            r = res[j]
+            if r["error"]:
+                errs.append(r["error"][:300])
+                continue
+            kept = r["metrics"][1:]
+            if kept:
+                eps += kept
+                per_run.append(statistics.median(e["epoch_time_s"] for e in kept))
+        if errs:
+            row["error"] = errs[0]
+        if not eps:
+            continue
+        med = statistics.median(e["epoch_time_s"] for e in eps)
+        row.update({"measured_s": med, "run_min_s": min(per_run), "run_max_s": max(per_run), "samples": len(eps),
+                    "compute_s": statistics.median(e["compute_s"] for e in eps),
+                    "comm_s": statistics.median(e["comm_s"] for e in eps),
+                    "bubble_s": statistics.median(e["bubble_s"] for e in eps),
+                    "peak_rss_mb": max(e["peak_rss_mb"] for e in eps),
+                    "rel_err": C.rel_error(row["pred_s"], med)})
+    ok = [r for r in rows if "measured_s" in r]
+    hits = C.planner_hits(ok, ("case", "world"), measured="measured_s", predicted="pred_s",
+                          first_choice={k: v for k, v in firsts.items()})
+    md = summarize(rows, hits)
+    within = sum(abs(r["rel_err"]) <= 0.25 for r in ok)
+    C.write_results(out_dir, rows, md, {"planner": hits, "within_25pct": within, "measured": len(ok),
+                                        "planner_hits": sum(h["hit"] for h in hits), "groups": len(hits),
+                                        "runs": runs, "epochs": epochs, "profile": prof.name})
+    plot(ok, out_dir / "epoch_breakdown.png")
+    return rows, md
+
+
+def summarize(rows: list[dict], hits: list[dict]) -> str:
+    ok = [r for r in rows if "measured_s" in r]
+    table = []
+    for r in rows:
+        if "measured_s" not in r:
+            table.append([r["case"], r["world"], r["config"], "failed", "", "", "", "", f"{r['pred_s']:.3f}", ""])
+            continue
+        table.append([r["case"], r["world"], r["config"], f"{r['measured_s']:.3f}",
+                      f"{r['run_min_s']:.3f}–{r['run_max_s']:.3f}", f"{r['compute_s']:.3f}", f"{r['comm_s']:.3f}",
+                      f"{r['bubble_s']:.3f}", f"{r['pred_s']:.3f}", f"{100 * r['rel_err']:+.0f} %"])
+    out = [C.md_table(["case", "ranks", "config", "median s", "run spread", "compute", "comm", "bubble",
+                       "predicted s", "error"], table), ""]
+    if ok:
+        within = sum(abs(r["rel_err"]) <= 0.25 for r in ok)
+        gm = C.geomean(r["pred_s"] / r["measured_s"] for r in ok)
+        gm_abs = C.geomean(max(r["pred_s"], r["measured_s"]) / min(r["pred_s"], r["measured_s"]) for r in ok)
+        out.append(f"Predictions within 25 %: {within} of {len(ok)} (target: all). Geometric mean of predicted/measured: "
+                   f"{gm:.2f}; of the larger/smaller factor: {gm_abs:.2f}.")
+    n_hit = sum(h["hit"] for h in hits)
+    out += ["", C.md_table(["case", "ranks", "planner's first choice", "fastest measured", "hit", "first choice / fastest"],
+                           [[h["case"], h["world"], h["first_choice"], h["fastest"], h["hit"], f"{h['loss']:.2f}"] for h in hits]),
+            "", f"Planner hits: {n_hit} of {len(hits)} (target: ≥ 80 %)."]
+    # Geometric-mean speed-ups of pipeline and hybrid over graph parallelism per world size.
+    for w in sorted({r["world"] for r in ok}):
+        for mode in ("pipeline", "hybrid"):
+            ratios = []
+            for r in ok:
+                if r["world"] == w and r["mode"] == mode:
+                    g = [x for x in ok if x["world"] == w and x["case"] == r["case"] and x["mode"] == "graph"]
+                    if g:
+                        ratios.append(g[0]["measured_s"] / r["measured_s"])
+            if ratios:
+                out.append(f"\nGeometric mean speed-up of {mode} over graph parallelism at {w} ranks: "
+                           f"{C.geomean(ratios):.2f}× over {len(ratios)} case(s).")
+    return "\n".join(out)
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Stacked bars (compute / comm / bubble, measured medians) with the prediction as a dot."""
+    plt = C.pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(rows) + 1), 3.6))
+    xs = range(len(rows))
+    comp = [r["compute_s"] for r in rows]
+    comm = [r["comm_s"] for r in rows]
+    bub = [r["bubble_s"] for r in rows]
+    ax.bar(xs, comp, label="compute")
+    ax.bar(xs, comm, bottom=comp, label="comm")
+    ax.bar(xs, bub, bottom=[a + b for a, b in zip(comp, comm)], label="bubble")
+    ax.plot(xs, [r["measured_s"] for r in rows], "k_", ms=14, label="epoch (median)")
+    ax.plot(xs, [r["pred_s"] for r in rows], "r.", ms=8, label="predicted")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{r['case']}\n{r['config']}" for r in rows], rotation=90, fontsize=6)
+    ax.set_ylabel("seconds per epoch")
+    ax.legend(fontsize=7)
+    ax.set_title("epoch time: measured breakdown (max over ranks each) and prediction", fontsize=9)
+    return C.save_fig(fig, path)

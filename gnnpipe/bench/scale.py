@@ -1,0 +1,168 @@
+"""``gnnpipe-bench scale``: epoch time and peak memory per rank against graph size.
+
+R-MAT graphs of growing size (average degree 20: up to 1M nodes / 20M directed edges; 64
+features, 8 classes), GCN with 16 layers and d=64 on 4 ranks, in each mode (graph P=4,
+pipeline S=4 C=16, hybrid 2×2 C=8). Each graph is generated once with ``gnnpipe-data
+synth rmat`` into ``<out>/scale/data/`` and partitioned once per layout with
+``gnnpipe-partition`` (METIS by default; ``--method random`` is the cheap fallback; the
+table says which was used). Every point runs in its own ``mpirun`` for 2 epochs (the
+second is reported) so that ``peak_rss_mb`` is its own. A point whose predicted memory
+(:func:`gnnpipe.plan.predict`, 4 ranks on this one machine) exceeds 85 % of the memory
+available now is skipped and marked so, instead of driving the shared machine into swap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+from gnnpipe.bench import common as C
+from gnnpipe.bench.epoch import world_topologies
+
+SIZES = (62_500, 250_000, 1_000_000)
+DEGREE = 20
+FEATURES, CLASSES, MODEL, LAYERS, HIDDEN = 64, 8, "gcn", 16, 64
+
+
+def _cli(name: str, args: list[str], log_path: Path) -> float:
+    t0 = time.time()
+    with open(log_path, "a") as f:
+        p = subprocess.run([str(C.venv_bin() / name), *args], cwd=C.REPO, stdout=f, stderr=subprocess.STDOUT,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if p.returncode != 0:
+        raise C.BenchError(f"{name} {' '.join(args)} failed (exit {p.returncode}); see {log_path}")
+    return time.time() - t0
+
+
+def prepare(data: Path, n: int, method: str, topos, log_path: Path) -> tuple[Path, dict, dict]:
+    """Generate the graph and its plans once; returns (graph dir, {label: plan dir}, timings)."""
+    gdir = data / f"rmat-{n}"
+    times = {}
+    if not (gdir / "meta.json").exists():
+        times["generate_s"] = _cli("gnnpipe-data", ["synth", "rmat", "--nodes", str(n), "--edges", str(DEGREE * n),
+                                                    "--features", str(FEATURES), "--classes", str(CLASSES),
+                                                    "--out", str(gdir), "--force"], log_path)
+    plans = {}
+    for t in topos:
+        parts, chunks = (t.ways, 1) if t.mode == "graph" else (t.ways, t.chunks)
+        pdir = data / f"rmat-{n}-{method}-p{parts}-c{chunks}"
+        if not (pdir / "META.json").exists():
+            times[f"partition_{C.label(t)}_s"] = _cli("gnnpipe-partition", [str(gdir), "--parts", str(parts), "--chunks",
+                                                                           str(chunks), "--method", method, "--out",
+                                                                           str(pdir), "--force"], log_path)
+        plans[C.label(t)] = pdir
+    return gdir, plans, times
+
+
+def _stats(gdir: Path, plans: dict, topos):
+    """GraphStats with the partition facts of the plans on disk (no METIS rerun)."""
+    import numpy as np
+
+    from gnnpipe.data.graph import Graph
+    from gnnpipe.partition import PartitionPlan
+    from gnnpipe.partition.stats import group_cut_and_halo
+    from gnnpipe.plan import GraphStats, PartInfo
+
+    g = Graph.load(gdir, mmap=True)
+    stats = GraphStats(int(g.num_nodes), int(g.num_edges), int(g.num_features), int(g.num_classes), None, g.name or "rmat")
+    infos = []
+    for t in topos:
+        if t.ways > 1 and t.ways not in {i.parts for i in infos}:
+            plan = PartitionPlan.load(plans[C.label(t)])
+            _, halo = group_cut_and_halo(g, plan, "part")
+            deg = np.diff(np.asarray(g.indptr))
+            edges = np.bincount(plan.part, weights=deg, minlength=t.ways)
+            infos.append(PartInfo(t.ways, int(halo.sum()), int(np.diff(plan.part_ptr).max()), int(edges.max()),
+                                  int(halo.max()), plan.params.get("method", "?")))
+    return stats.with_parts(infos)
+
+
+def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: str = "metis",
+        progress: bool = True) -> tuple[list[dict], str]:
+    """Generate, partition, run; write ``out/scale/``. Returns (rows, markdown)."""
+    import psutil
+
+    from gnnpipe.plan import ModelSpec, load_profile, predict
+
+    if quick:
+        sizes, method = (2000,), "random"
+    out_dir = Path(out) / "scale"
+    data = out_dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    log_path = out_dir / "prepare.log"
+    topos = world_topologies(4)
+    prof = load_profile("cpu-this-machine")
+    spec = ModelSpec(MODEL, LAYERS, HIDDEN)
+    rows = []
+    for n in sizes:
+        gdir, plans, times = prepare(data, n, method, topos, log_path)
+        stats = C.call_quietly(lambda: _stats(gdir, plans, topos))
+        for t in topos:
+            p = predict(stats, spec, t, prof)
+            row = {"nodes": n, "edges": stats.num_edges, "config": C.label(t), "mode": t.mode, "partitioner": method,
+                   "pred_s": p.epoch_s, "pred_mem_mb": p.peak_mem_bytes / 2**20, **times}
+            need = p.peak_mem_bytes * t.world
+            avail = psutil.virtual_memory().available
+            if need > 0.85 * avail:
+                row["skipped"] = (f"predicted {need / 2**30:.1f} GiB for {t.world} ranks > 85 % of the "
+                                  f"{avail / 2**30:.1f} GiB available")
+                rows.append(row)
+                continue
+            name = f"rmat{n}-{C.label(t)}"
+            res = C.run_jobs([C.Job(name, ["--dataset", str(gdir), "--plan", str(plans[C.label(t)]), "--model", MODEL,
+                                           "--layers", str(LAYERS), "--hidden", str(HIDDEN), "--epochs", "2",
+                                           "--eval-every", "100000", *C.topo_flags(t)], t.world)],
+                             out_dir / "runs", fresh=True, progress=progress, desc=f"scale {n:,} {C.label(t)}",
+                             timeout_s=3600)[name]
+            if res["error"] or not res["metrics"]:
+                row["error"] = (res["error"] or "no metrics")[:300]
+            else:
+                last = res["metrics"][-1]
+                row.update({"epoch_s": last["epoch_time_s"], "compute_s": last["compute_s"], "comm_s": last["comm_s"],
+                            "bubble_s": last["bubble_s"], "peak_rss_mb": max(e["peak_rss_mb"] for e in res["metrics"]),
+                            "bytes_total": sum(C.measured_bytes(last).values())})
+            rows.append(row)
+            (out_dir / "partial.json").write_text(json.dumps(rows, indent=1))
+    md = summarize(rows)
+    C.write_results(out_dir, rows, md, {"model": f"{MODEL}-{LAYERS} d={HIDDEN}", "degree": DEGREE, "features": FEATURES,
+                                        "world": 4, "partitioner": method})
+    plot(rows, out_dir / "scale.png")
+    return rows, md
+
+
+def summarize(rows: list[dict]) -> str:
+    table = []
+    for r in rows:
+        if "epoch_s" in r:
+            table.append([f"{r['nodes']:,}", f"{r['edges']:,}", r["config"], r["partitioner"], f"{r['epoch_s']:.2f}",
+                          f"{r['compute_s']:.2f} / {r['comm_s']:.2f} / {r['bubble_s']:.2f}", f"{r['peak_rss_mb']:.0f}",
+                          f"{r['pred_s']:.2f}", f"{r['pred_mem_mb']:.0f}"])
+        else:
+            table.append([f"{r['nodes']:,}", f"{r['edges']:,}", r["config"], r["partitioner"],
+                          r.get("skipped", "failed: " + r.get("error", "")[:80]), "", "", f"{r['pred_s']:.2f}",
+                          f"{r['pred_mem_mb']:.0f}"])
+    return C.md_table(["nodes", "edges", "config", "partitioner", "epoch s", "compute / comm / bubble s",
+                       "peak RSS MB (max rank)", "predicted s", "predicted MB"], table)
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    plt = C.pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.3))
+    for cfg in dict.fromkeys(r["config"] for r in rows):
+        rs = [r for r in rows if r["config"] == cfg and "epoch_s" in r]
+        if not rs:
+            continue
+        a1.plot([r["nodes"] for r in rs], [r["epoch_s"] for r in rs], "o-", label=cfg)
+        a2.plot([r["nodes"] for r in rs], [r["peak_rss_mb"] / 1024 for r in rs], "o-", label=cfg)
+    for a, y in ((a1, "epoch s"), (a2, "peak RSS GiB, max rank")):
+        a.set_xscale("log")
+        a.set_yscale("log")
+        a.set_xlabel("nodes (degree 20)")
+        a.set_ylabel(y)
+        a.legend(fontsize=7)
+    fig.suptitle("GCN-16 d=64, 4 ranks on 2 cores", fontsize=9)
+    return C.save_fig(fig, path)

@@ -1,0 +1,173 @@
+"""gnnpipe-bench: statistics helpers, planner hits, outputs, and comm --quick on real ranks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from gnnpipe.bench import common as C
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_geomean_known_values():
+    assert C.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert C.geomean([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    # GNNPIPE.md §5: a ratio and its inverse average to 1 geometrically, not arithmetically.
+    assert C.geomean([0.5, 2.0]) == pytest.approx(1.0)
+    assert C.geomean([3.0]) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, 0.0], [1.0, -2.0], [float("nan")], [math.inf]])
+def test_geomean_refuses_non_positive(bad):
+    with pytest.raises(C.BenchError):
+        C.geomean(bad)
+
+
+def test_median_spread_and_rel_error():
+    assert C.median_spread([3.0, 1.0, 2.0, 10.0]) == (2.5, 1.0, 10.0)
+    assert C.rel_error(1.25, 1.0) == pytest.approx(0.25)
+    assert C.rel_error(0.5, 1.0) == pytest.approx(-0.5)
+
+
+# ----------------------------------------------------------------------------- planner hits
+TABLE = [
+    # case a: the smallest prediction (G4) is also the fastest measured -> hit
+    {"case": "a", "world": 4, "config": "G4", "predicted_s": 1.0, "measured_s": 2.0},
+    {"case": "a", "world": 4, "config": "P4", "predicted_s": 1.5, "measured_s": 3.0},
+    # case b: the model prefers P4 but H2x2 is fastest -> miss, first choice 1.5x slower
+    {"case": "b", "world": 4, "config": "G4", "predicted_s": 3.0, "measured_s": 4.0},
+    {"case": "b", "world": 4, "config": "P4", "predicted_s": 1.0, "measured_s": 3.0},
+    {"case": "b", "world": 4, "config": "H2x2", "predicted_s": 2.0, "measured_s": 2.0},
+    # same case name at another world size is its own group
+    {"case": "a", "world": 2, "config": "G2", "predicted_s": 5.0, "measured_s": 1.0},
+    {"case": "a", "world": 2, "config": "P2", "predicted_s": 4.0, "measured_s": 1.1},
+]
+
+
+def test_planner_hits_on_made_up_table():
+    hits = {(h["case"], h["world"]): h for h in C.planner_hits(TABLE, ("case", "world"))}
+    assert set(hits) == {("a", 4), ("b", 4), ("a", 2)}
+    assert hits[("a", 4)]["hit"] and hits[("a", 4)]["loss"] == pytest.approx(1.0)
+    assert hits[("b", 4)]["first_choice"] == "P4" and hits[("b", 4)]["fastest"] == "H2x2"
+    assert not hits[("b", 4)]["hit"] and hits[("b", 4)]["loss"] == pytest.approx(1.5)
+    assert not hits[("a", 2)]["hit"] and hits[("a", 2)]["loss"] == pytest.approx(1.1)
+
+
+def test_planner_hits_uses_given_first_choice():
+    # The planner's ranking (rank_configs) may differ from min(predicted) in the table.
+    hits = {(h["case"], h["world"]): h for h in C.planner_hits(TABLE, ("case", "world"),
+                                                                first_choice={("b", 4): "H2x2"})}
+    assert hits[("b", 4)]["hit"]
+    assert hits[("a", 4)]["hit"]  # groups without an entry fall back to the smallest prediction
+
+
+# ----------------------------------------------------------------------------- outputs
+def test_write_results_csv_json_md(tmp_path):
+    rows = [{"a": 1, "b": 0.5, "nested": {"x": 1}}, {"a": 2, "c": "z"}]
+    C.write_results(tmp_path, rows, "| x |\n|---|\n| 1 |", {"setting": 3})
+    with open(tmp_path / "results.csv") as f:
+        got = list(csv.DictReader(f))
+    assert [r["a"] for r in got] == ["1", "2"] and got[1]["c"] == "z" and "nested" not in got[0]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["setting"] == 3 and doc["rows"][0]["nested"] == {"x": 1} and "date" in doc
+    assert (tmp_path / "summary.md").read_text().startswith("| x |")
+
+
+def test_md_table_shape():
+    md = C.md_table(["a", "b"], [[1, 0.12345], ["x", True]]).splitlines()
+    assert md[0] == "| a | b |" and md[1] == "|---|---|"
+    assert md[2] == "| 1 | 0.123 |" and md[3] == "| x | yes |"
+
+
+def test_measured_bytes_categories():
+    rec = {"bytes_sent": {"halo_fwd": 10, "halo_bwd": 5, "pipe_act": 7, "pipe_grad": 3, "allreduce": 2,
+                          "control": 99, "eval": 1000}}
+    assert C.measured_bytes(rec) == {"halo": 15, "pipe": 10, "allreduce": 2}
+
+
+def test_read_metrics_names_bad_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 0}\nnot json\n')
+    with pytest.raises(C.BenchError, match="metrics.jsonl:2"):
+        C.read_metrics(tmp_path)
+
+
+def _tiny_graph():
+    from gnnpipe.data.graph import Graph
+
+    # 0-2, 1-2, 2-3: with contiguous ways {0,1} | {2,3} and one node per chunk, chunks 0 and 1
+    # both need node 2 from the other way, chunk 2 (node 2) needs nodes 0 and 1.
+    n = 4
+    return Graph.from_edges(np.array([0, 1, 2]), np.array([2, 2, 3]), n, np.ones((n, 2), np.float32),
+                            np.array([0, 1, 0, 1]), np.ones(n, bool), np.zeros(n, bool), np.zeros(n, bool))
+
+
+def test_chunk_halo_sum_counts_per_chunk():
+    g = _tiny_graph()
+    # Per way: way 0 needs {2}, way 1 needs {0, 1}: 3. Per chunk: {2}, {2}, {0, 1}, {}: 4.
+    assert C.chunk_halo_sum(g, 2, 2, method="contiguous") == 4
+    assert C.chunk_halo_sum(g, 2, 1, method="contiguous") == 3
+
+
+def test_cli_help_lists_subcommands(capsys):
+    from gnnpipe.bench.cli import SUBS, main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for s in SUBS:
+        assert s in text
+
+
+# ----------------------------------------------------------------------------- real ranks
+def _check_outputs(d):
+    assert (d / "summary.md").read_text().count("|") > 10
+    with open(d / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    doc = json.loads((d / "results.json").read_text())
+    assert len(rows) == len(doc["rows"]) > 0
+    pngs = list(d.glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    return doc
+
+
+@pytest.mark.mpi
+def test_comm_quick_measured_equals_predicted(tmp_path):
+    from gnnpipe.bench import comm
+
+    rows, md = comm.run(tmp_path, quick=True, progress=False)
+    measured = [r for r in rows if r["measured"]]
+    assert {r["mode"] for r in measured} == {"graph", "pipeline", "hybrid"}
+    for r in measured:
+        assert "error" not in r, r
+        assert r["meas_pipe"] == r["pred_pipe"] and r["meas_allreduce"] == r["pred_allreduce"], r
+        if r["mode"] == "hybrid":
+            # plan.predict's hybrid halo counts each way's remote rows once; the executor
+            # sends them per chunk (see chunk_halo_sum); that sum matches to the byte.
+            assert r["meas_halo"] == r["pred_halo_chunked"], r
+        else:
+            assert r["meas_halo"] == r["pred_halo"] and r["equal"], r
+    # Unmeasured depths are predictions only; graph-parallel bytes grow with depth.
+    g = {r["layers"]: r["pred_halo"] for r in rows if r["mode"] == "graph" and r["model"] == "gcnii"}
+    assert g[8] == 2 * g[4]
+    doc = _check_outputs(tmp_path / "comm")
+    assert doc["measured"] == len(measured)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_epoch_quick_outputs(tmp_path):
+    from gnnpipe.bench import epoch
+
+    rows, md = epoch.run(tmp_path, quick=True, progress=False)
+    ok = [r for r in rows if "measured_s" in r]
+    assert len(ok) == len(rows) == 3
+    for r in ok:
+        assert r["measured_s"] > 0 and r["compute_s"] > 0 and r["run_min_s"] <= r["run_max_s"]
+        assert r["samples"] == 4  # 2 runs x (3 epochs - the first)
+    doc = _check_outputs(tmp_path / "epoch")
+    assert doc["groups"] == 1 and "Planner hits" in md
