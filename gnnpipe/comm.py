@@ -49,6 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict, deque
@@ -741,6 +742,88 @@ class _TorchWork(Work):
         self._keep = None
 
 
+def _rank_list(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+class _FailureCensus:
+    """Finds out which rank died when an operation fails, through the rendezvous store.
+
+    A failed operation only tells a rank which peer *it* lost, and in a pipeline that is
+    often a survivor that has just exited because of its own failure (stage 3 loses stage
+    2, which lost stage 1, which died). So every rank registers ``host pid`` in the store at
+    start-up; on its first failure it records that it failed, and waits a short window for
+    the others' records. A peer on this host whose process is gone is dead, for certain;
+    otherwise the peers that never reported are the suspects (dead, hung or cut off). If the
+    store itself cannot be reached, its host is the suspect: rank 0 (or torchrun's agent).
+    The verdict is computed once per process and appended to every later error.
+    """
+
+    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float) -> None:
+        self._store = store
+        self._rank = rank
+        self._world = world_size
+        # Short enough to keep the failure bound close to --timeout even when stages fail
+        # one after another, long enough for ranks that fail together to report.
+        self.window_s = min(2.0, timeout_s / 4)
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self._prefix = f"gnnpipe/census/{attempt}/"
+        self._host = socket.gethostname()
+        self._verdict: str | None = None
+
+    def register(self) -> None:
+        self._store.set(f"{self._prefix}who/{self._rank}", f"{self._host} {os.getpid()}")
+
+    def _process_gone(self, r: int) -> bool:
+        key = f"{self._prefix}who/{r}"
+        if not self._store.check([key]):
+            return False
+        host, _, pid = self._store.get(key).decode().partition(" ")
+        if host != self._host or not pid.isdigit():
+            return False  # another machine: only its silence can tell
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                # A killed child its launcher has not reaped yet is a zombie: dead too.
+                return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        except OSError:
+            return False
+
+    def verdict(self) -> str:
+        """One sentence naming the dead or silent ranks (computed on the first failure)."""
+        if self._verdict is None:
+            try:
+                self._verdict = self._ask()
+            except Exception as e:  # the store's host is gone or unreachable
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                self._verdict = (
+                    "the rendezvous store cannot be reached either, and it lives in rank 0's "
+                    "process (or torchrun's agent on the first host): rank 0 or its host is "
+                    f"probably dead or cut off ({first})")
+        return self._verdict
+
+    def _ask(self) -> str:
+        self._store.set_timeout(timedelta(seconds=max(self.window_s, 1.0)))
+        self._store.set(f"{self._prefix}failed/{self._rank}", "1")
+        others = [r for r in range(self._world) if r != self._rank]
+        deadline = time.monotonic() + self.window_s
+        while True:
+            reported = [r for r in others if self._store.check([f"{self._prefix}failed/{r}"])]
+            gone = [r for r in others if r not in reported and self._process_gone(r)]
+            silent = [r for r in others if r not in reported and r not in gone]
+            if gone or not silent or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if gone:
+            return f"{_rank_list(gone)} died (process gone)"
+        if silent:
+            return (f"no failure report within {self.window_s:.0f} s from "
+                    f"{_rank_list(silent)}: dead, hung or cut off")
+        return ("every other rank reported a failure of its own, none died: mismatched "
+                "operations, or a --timeout too short for this work")
+
+
 class TorchCommunicator(Communicator):
     """``torch.distributed``: Gloo for CPU tensors, NCCL for CUDA tensors.
 
@@ -756,13 +839,26 @@ class TorchCommunicator(Communicator):
 
     def __init__(self, rank: int, world_size: int, global_ranks: Sequence[int],
                  stats: CommStats, timeout_s: float, device: torch.device,
-                 group: Any = None, is_world: bool = True) -> None:
+                 group: Any = None, is_world: bool = True,
+                 census: _FailureCensus | None = None) -> None:
         super().__init__(rank, world_size, global_ranks, stats, timeout_s, device)
         self._group = group  # None: the default (world) group
         self._is_world = is_world
+        self._census = census  # shared with sub-communicators; None: no diagnosis
 
     def _translate(self, e: Exception, what: str, timeout_s: float,
                    peers: Sequence[int]) -> CommError:
+        err = self._classify(e, what, timeout_s, peers)
+        # Only a lost or silent peer calls for the census; a failure of this rank's own
+        # (e.g. an exception raised while it waited) makes it the culprit, not a witness.
+        lost_peer = isinstance(err, (PeerFailedError, CommTimeoutError)) or \
+            "caused pair closure" in str(e)
+        if self._census is not None and lost_peer:
+            err = type(err)(f"{err} — failure census: {self._census.verdict()}")
+        return err
+
+    def _classify(self, e: Exception, what: str, timeout_s: float,
+                  peers: Sequence[int]) -> CommError:
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if "caused pair closure" in text:
             # Gloo closes every connection of a group after a timeout: the group is dead.
@@ -894,7 +990,7 @@ class TorchCommunicator(Communicator):
                 result = TorchCommunicator(g.index(self.rank), len(g),
                                            [self.global_ranks[r] for r in g], self.stats,
                                            self.timeout_s, self.device, group=pg,
-                                           is_world=False)
+                                           is_world=False, census=self._census)
         return result
 
     def _close(self):
@@ -1231,5 +1327,14 @@ def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
                         f"{timeout_s:.0f} s: {e}") from e
     log.debug("rank %d: torch communicator (%s), %d ranks (%s)", launch.rank, backend,
               launch.world_size, launch.launcher)
+    census = None
+    if launch.world_size > 1:
+        try:
+            census = _FailureCensus(dist.distributed_c10d._get_default_store(), launch.rank,
+                                    launch.world_size, timeout_s)
+            census.register()
+        except Exception as e:  # a private API of torch: diagnosis is a bonus, not a need
+            log.debug("rank %d: no failure census (%s)", launch.rank, e)
+            census = None
     return TorchCommunicator(launch.rank, launch.world_size, range(launch.world_size),
-                             CommStats(), timeout_s, device)
+                             CommStats(), timeout_s, device, census=census)

@@ -1,0 +1,281 @@
+"""Fault handling of ``gnnpipe-train`` on real processes, both communicators.
+
+* A rank that dies (SIGKILL: also what the kernel's OOM killer sends) or raises makes every
+  other rank exit non-zero within ``--timeout`` (plus start-up of the error path), with a
+  message naming the dead rank; nothing hangs.
+* Ctrl-C on the launcher (``scripts/launch/mpirun.sh``, ``scripts/launch/torchrun.sh``, or
+  SIGINT to the process group of torchrun-style ranks) stops every rank: exit status 130,
+  no traceback, no process left behind.
+
+Runs are tiny (400-node synthetic graph, 2-layer GCN) with ``--timeout 10``; a rank is made
+to fail after ``metrics.jsonl`` shows two epochs, i.e. in the middle of training.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gnnpipe.config import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+TIMEOUT_S = 10
+# Survivors must be gone within the timeout plus this (error path, teardown, a loaded CI
+# machine with 2 cores); a hang would exceed it by far.
+SLACK_S = 20
+
+
+def train_args(out: Path, mode: str = "graph", layers: int = 2) -> list[str]:
+    return ["--mode", mode, "--dataset", "sbm", "--synth-nodes", "400", "--synth-features",
+            "8", "--synth-classes", "4", "--model", "gcn", "--layers", str(layers),
+            "--hidden", "16", "--epochs", "1000000", "--eval-every", "1000000",
+            "--timeout", str(TIMEOUT_S), "--no-progress", "--threads", "1", "--out", str(out)]
+
+
+# Rank processes run the trainer's main() behind a SIGUSR1 handler that raises, so a test
+# can make one rank fail with an ordinary Python exception at a moment of its choosing.
+_RAISING_MAIN = (
+    "import signal, sys\n"
+    "def _boom(*_):\n"
+    "    raise RuntimeError('injected failure')\n"
+    "signal.signal(signal.SIGUSR1, _boom)\n"
+    "from gnnpipe.train import main\n"
+    "sys.exit(main())\n"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_torch_ranks(world: int, out: Path, args: list[str],
+                      one_group: bool = False) -> list[subprocess.Popen]:
+    """``world`` ranks with torchrun's environment, each its own process (and session,
+    unless ``one_group``: then all share one new process group, like torchrun's workers)."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = str(_free_port())
+    procs: list[subprocess.Popen] = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        kw: dict = {"start_new_session": True}
+        if one_group:
+            kw = {"process_group": procs[0].pid if procs else 0}
+        with open(out / f"rank{rank}.log", "wb") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", _RAISING_MAIN, *args, "--comm", "torch"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, **kw))
+    return procs
+
+
+def start_script(script: str, launcher_args: list[str], args: list[str], out: Path
+                 ) -> subprocess.Popen:
+    """One of scripts/launch/*.sh, in a session of its own, output to out/launcher.log."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "launcher.log", "wb") as log:
+        return subprocess.Popen(
+            [str(REPO / "scripts" / "launch" / script), *launcher_args, "--", *args],
+            env=dict(os.environ, OMP_NUM_THREADS="1", GNNPIPE_VENV=str(VENV_BIN.parent),
+                     GNNPIPE_GRACE_S="10"),
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_epochs(out: Path, n: int, procs: list[subprocess.Popen], limit_s: float = 120) -> None:
+    path = out / "metrics.jsonl"
+    deadline = time.monotonic() + limit_s
+    while not (path.exists() and len(path.read_text().splitlines()) >= n):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            raise AssertionError(f"training never reached epoch {n - 1}\n{logs(out)}")
+        time.sleep(0.05)
+
+
+def wait_all(procs: list[subprocess.Popen], limit_s: float) -> list[int | None]:
+    deadline = time.monotonic() + limit_s
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p.poll() for p in procs]
+
+
+def logs(out: Path) -> str:
+    return "\n".join(f"--- {f.name} ---\n{f.read_text(errors='replace')[-3000:]}"
+                     for f in sorted(out.glob("*.log")))
+
+
+def processes_of(out: Path) -> list[psutil.Process]:
+    """Live processes whose command line names this run's directory (ranks, launchers)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.pid != os.getpid() and str(out) in " ".join(p.info["cmdline"] or []) \
+                    and p.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def rank_pid(out: Path, rank: int, limit_s: float = 60) -> int:
+    """Pid of an MPI rank of this run (its environment says PMI_RANK)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        for p in processes_of(out):
+            try:
+                if p.environ().get("PMI_RANK") == str(rank):
+                    return p.pid
+            except psutil.Error:
+                pass
+        time.sleep(0.1)
+    raise AssertionError(f"no process of rank {rank} found for {out}")
+
+
+def assert_no_leftovers(out: Path) -> None:
+    left = []
+    deadline = time.monotonic() + 5  # the kernel reaps asynchronously
+    while time.monotonic() < deadline:
+        left = processes_of(out)
+        if not left:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"processes left behind: {[(p.pid, p.name()) for p in left]}")
+
+
+@pytest.fixture
+def cleanup():
+    """Kills whatever a test started, even when it fails."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            try:
+                os.killpg(os.getpgid(p.pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+        p.wait(timeout=10)
+
+
+def test_default_timeout_is_bounded():
+    # The bound a user gets without asking: a dead peer is noticed within a minute.
+    assert 0 < TrainConfig().timeout <= 60
+
+
+# --------------------------------------------------------------------------- torch (Gloo)
+
+
+@pytest.mark.parametrize("how", ["sigkill", "exception"])
+def test_dead_rank_torch_others_exit_naming_it(tmp_path, cleanup, how):
+    out = tmp_path / "run"
+    procs = start_torch_ranks(2, out, train_args(out))
+    cleanup += procs
+    wait_epochs(out, 2, procs)
+    procs[1].send_signal(signal.SIGKILL if how == "sigkill" else signal.SIGUSR1)
+    t0 = time.monotonic()
+    codes = wait_all(procs, TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    assert None not in codes, f"still running {took:.0f} s after rank 1 died: {codes}\n{logs(out)}"
+    assert codes[0] == 2, f"rank 0 exit code {codes[0]}\n{logs(out)}"
+    # An exception that fires inside a communication wait is reported by the communicator
+    # (exit 2), elsewhere by Python (exit 1); either way the rank failed.
+    assert codes[1] in ((-signal.SIGKILL,) if how == "sigkill" else (1, 2)), codes
+    text = (out / "rank0.log").read_text(errors="replace")
+    assert "gnnpipe-train: error: rank 0:" in text, text[-3000:]
+    # The failure census finds the dead rank (same host: its process is gone).
+    assert "failure census: rank 1 died" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
+@pytest.mark.slow  # ~25 s: 4 ranks start on 2 cores
+def test_dead_stage_torch_pipeline_all_others_exit(tmp_path, cleanup):
+    out = tmp_path / "run"
+    procs = start_torch_ranks(4, out, train_args(out, mode="pipeline", layers=4))
+    cleanup += procs
+    wait_epochs(out, 2, procs)
+    procs[1].kill()
+    t0 = time.monotonic()
+    codes = wait_all(procs, TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    assert None not in codes, f"still running {took:.0f} s after rank 1 died: {codes}\n{logs(out)}"
+    assert [c for r, c in enumerate(codes) if r != 1] == [2, 2, 2], f"{codes}\n{logs(out)}"
+    for r in (0, 2, 3):
+        text = (out / f"rank{r}.log").read_text(errors="replace")
+        assert "error:" in text and "Traceback" not in text, text[-3000:]
+        # Rank 3 lost rank 2 (which exited because of rank 1), yet names rank 1.
+        assert "failure census: rank 1 died" in text, f"rank {r}:\n{text[-3000:]}"
+    assert_no_leftovers(out)
+
+
+def test_ctrl_c_on_torch_process_group(tmp_path, cleanup):
+    out = tmp_path / "run"
+    procs = start_torch_ranks(2, out, train_args(out), one_group=True)
+    cleanup += procs
+    wait_epochs(out, 2, procs)
+    os.killpg(procs[0].pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    codes = wait_all(procs, SLACK_S)
+    assert codes == [130, 130], f"{codes}\n{logs(out)}"
+    for r in range(2):
+        text = (out / f"rank{r}.log").read_text(errors="replace")
+        assert "interrupted" in text and "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
+def test_ctrl_c_on_torchrun_script(tmp_path, cleanup):
+    out = tmp_path / "run"
+    p = start_script("torchrun.sh", ["--nproc-per-node", "2"], train_args(out), out)
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    p.send_signal(signal.SIGINT)
+    codes = wait_all([p], SLACK_S)
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes == [130], f"{codes}\n{text[-3000:]}"
+    assert "Traceback" not in text and text.count("interrupted") == 2, text[-3000:]
+    assert_no_leftovers(out)
+
+
+# --------------------------------------------------------------------------- MPI (hydra)
+
+
+@pytest.mark.mpi
+def test_dead_rank_mpi_job_ends_naming_it(tmp_path, cleanup):
+    # Hydra ends the whole job as soon as one rank dies, which is how the others exit;
+    # its report names the dead process by pid and the signal.
+    out = tmp_path / "run"
+    p = start_script("mpirun.sh", ["-n", "2"], train_args(out), out)
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    victim = rank_pid(out, 1)
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    codes = wait_all([p], TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes[0] not in (None, 0), f"mpirun.sh {codes} after {took:.0f} s\n{text[-3000:]}"
+    # Hydra's report names the process (not the rank) and how it ended.
+    assert f"PID {victim} " in text and "Killed (signal 9)" in text, text[-3000:]
+    assert took < TIMEOUT_S + SLACK_S
+    assert_no_leftovers(out)
+
+
+@pytest.mark.mpi
+def test_ctrl_c_on_mpirun_script(tmp_path, cleanup):
+    out = tmp_path / "run"
+    p = start_script("mpirun.sh", ["-n", "2"], train_args(out), out)
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    p.send_signal(signal.SIGINT)
+    codes = wait_all([p], SLACK_S)
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes == [130], f"{codes}\n{text[-3000:]}"
+    assert "Traceback" not in text and text.count("interrupted") == 2, text[-3000:]
+    assert_no_leftovers(out)
