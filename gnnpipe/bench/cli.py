@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="accuracy: seeds (default 0)")
     ap.add_argument("--sizes", type=_ints, default=None, help="scale: node counts, e.g. 62500,250000,1000000")
     ap.add_argument("--method", choices=("metis", "random"), default="metis", help="scale: partitioner (default metis)")
+    ap.add_argument("--random-above", type=int, default=None,
+                    help="scale: partition graphs with more nodes than this randomly (default: never)")
     ap.add_argument("--debug", action="store_true", help="tracebacks")
     return ap
 
@@ -84,7 +86,7 @@ def _dispatch(args: argparse.Namespace) -> str:
         from gnnpipe.bench import scale
 
         extra = {"sizes": args.sizes} if args.sizes else {}
-        return scale.run(args.out, method=args.method, **extra, **kw)[1]
+        return scale.run(args.out, method=args.method, random_above=args.random_above, **extra, **kw)[1]
     if args.sub == "overhead":
         from gnnpipe.bench import overhead
 

@@ -82,8 +82,13 @@ def _stats(gdir: Path, plans: dict, topos):
 
 
 def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: str = "metis",
-        progress: bool = True) -> tuple[list[dict], str]:
-    """Generate, partition, run; write ``out/scale/``. Returns (rows, markdown)."""
+        progress: bool = True, random_above: int | None = None) -> tuple[list[dict], str]:
+    """Generate, partition, run; write ``out/scale/``. Returns (rows, markdown).
+
+    ``random_above``: graphs with more nodes than this are partitioned randomly whatever
+    ``method`` says (METIS on 1M nodes / 20M edges needs ~2 min per plan on a quiet
+    machine and far longer on a loaded one); the ``partitioner`` column says which ran.
+    """
     import psutil
 
     from gnnpipe.plan import ModelSpec, load_profile, predict
@@ -98,7 +103,9 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
     prof = load_profile("cpu-this-machine")
     spec = ModelSpec(MODEL, LAYERS, HIDDEN)
     rows = []
+    base_method = method
     for n in sizes:
+        method = "random" if random_above is not None and n > random_above else base_method
         gdir, plans, times = prepare(data, n, method, topos, log_path)
         stats = C.call_quietly(lambda: _stats(gdir, plans, topos))
         for t in topos:
