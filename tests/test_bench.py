@@ -136,6 +136,7 @@ def _check_outputs(d):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow  # ~40 s on a quiet machine, 80 s at load 14 on the shared 2 cores
 def test_comm_quick_measured_equals_predicted(tmp_path):
     from gnnpipe.bench import comm
 
