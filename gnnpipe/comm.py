@@ -50,6 +50,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict, deque
@@ -793,14 +794,30 @@ class _FailureCensus:
     def verdict(self) -> str:
         """One sentence naming the dead or silent ranks (computed on the first failure)."""
         if self._verdict is None:
-            try:
-                self._verdict = self._ask()
-            except Exception as e:  # the store's host is gone or unreachable
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            # The store client's socket calls are not all bounded by the store's timeout
+            # (over a cut link they block for minutes), so the census runs in a daemon
+            # thread that is abandoned after a hard deadline.
+            result: list[str] = []
+            failure: list[BaseException] = []
+
+            def ask() -> None:
+                try:
+                    result.append(self._ask())
+                except BaseException as e:
+                    failure.append(e)
+
+            worker = threading.Thread(target=ask, name="gnnpipe-census", daemon=True)
+            worker.start()
+            worker.join(self.window_s + 2.0)
+            if result:
+                self._verdict = result[0]
+            else:
+                why = (f"no answer within {self.window_s + 2.0:.0f} s" if not failure else
+                       (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0])
                 self._verdict = (
                     "the rendezvous store cannot be reached either, and it lives in rank 0's "
                     "process (or torchrun's agent on the first host): rank 0 or its host is "
-                    f"probably dead or cut off ({first})")
+                    f"probably dead or cut off ({why})")
         return self._verdict
 
     def _ask(self) -> str:

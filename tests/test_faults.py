@@ -173,7 +173,8 @@ def test_default_timeout_is_bounded():
 # --------------------------------------------------------------------------- torch (Gloo)
 
 
-@pytest.mark.parametrize("how", ["sigkill", "exception"])
+# ~15 s each on an idle 2-core machine; the default run keeps SIGKILL, CI runs both.
+@pytest.mark.parametrize("how", ["sigkill", pytest.param("exception", marks=pytest.mark.slow)])
 def test_dead_rank_torch_others_exit_naming_it(tmp_path, cleanup, how):
     out = tmp_path / "run"
     procs = start_torch_ranks(2, out, train_args(out))
@@ -216,6 +217,7 @@ def test_dead_stage_torch_pipeline_all_others_exit(tmp_path, cleanup):
     assert_no_leftovers(out)
 
 
+@pytest.mark.slow  # ~15 s
 def test_ctrl_c_on_torch_process_group(tmp_path, cleanup):
     out = tmp_path / "run"
     procs = start_torch_ranks(2, out, train_args(out), one_group=True)
@@ -230,6 +232,7 @@ def test_ctrl_c_on_torch_process_group(tmp_path, cleanup):
     assert_no_leftovers(out)
 
 
+@pytest.mark.slow  # ~25 s: torchrun's agent plus 2 ranks
 def test_ctrl_c_on_torchrun_script(tmp_path, cleanup):
     out = tmp_path / "run"
     p = start_script("torchrun.sh", ["--nproc-per-node", "2"], train_args(out), out)
@@ -246,6 +249,7 @@ def test_ctrl_c_on_torchrun_script(tmp_path, cleanup):
 # --------------------------------------------------------------------------- MPI (hydra)
 
 
+@pytest.mark.slow  # ~15 s
 @pytest.mark.mpi
 def test_dead_rank_mpi_job_ends_naming_it(tmp_path, cleanup):
     # Hydra ends the whole job as soon as one rank dies, which is how the others exit;

@@ -153,6 +153,12 @@ def test_cut_link_fails_both_sides_within_timeout(hosts, tmp_path):
             assert "error:" in text and "Traceback" not in text, f"rank {r}:\n{text[-3000:]}"
             # The error names the operation and a peer: timed out, or a closed connection.
             assert "timed out" in text or "closed" in text or "failed" in text, text[-3000:]
+            # The census blames the other side: host 0 has no word from ranks 2 and 3;
+            # host 1 cannot reach the store, which lives in rank 0 on host 0.
+            if r < 2:
+                assert "failure census: no failure report" in text and "ranks 2, 3" in text, text[-3000:]
+            else:
+                assert "failure census: the rendezvous store cannot be reached" in text, text[-3000:]
     finally:
         _kill(procs)
     hosts.__exit__()  # the link is gone; nothing else in this module needs the hosts
