@@ -169,12 +169,13 @@ def load_graph_for(cfg: TrainConfig):
         if cfg.dataset == "sbm":
             return synthetic.sbm(
                 num_nodes=cfg.synth_nodes, num_classes=cfg.synth_classes,
-                avg_degree=cfg.synth_degree, homophily=0.7, num_features=cfg.synth_features,
-                feature_signal=0.5, seed=cfg.seed,
+                avg_degree=cfg.synth_degree, homophily=cfg.synth_homophily, num_features=cfg.synth_features,
+                feature_signal=cfg.synth_signal, seed=cfg.seed,
             )
         return synthetic.rmat(
             num_nodes=cfg.synth_nodes, num_edges=int(cfg.synth_nodes * cfg.synth_degree),
             num_classes=cfg.synth_classes, num_features=cfg.synth_features, seed=cfg.seed,
+            feature_signal=cfg.synth_signal, homophily=cfg.synth_homophily,
         )
     from gnnpipe.data.catalog import resolve_dataset
 
