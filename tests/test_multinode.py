@@ -128,6 +128,35 @@ def test_two_hosts_equal_one_host(hosts, tmp_path, mode):
     assert two[-1] < two[0], f"loss did not fall: {two}"  # it trained at all
 
 
+@pytest.mark.slow  # ~50 s: two torchrun agents and a one-host reference
+def test_torchrun_script_across_two_hosts(hosts, tmp_path):
+    # scripts/launch/torchrun.sh's static multi-node rendezvous, run once per host as a
+    # user would, gives the same losses as the 4 ranks on one host.
+    args = COMMON + ["--mode", "graph", "--epochs", "3"]
+    out = tmp_path / "torchrun"
+    out.mkdir()
+    script = str(Path(__file__).resolve().parents[1] / "scripts" / "launch" / "torchrun.sh")
+    procs = []
+    for host in (0, 1):
+        with open(out / f"host{host}.log", "wb") as log:
+            procs.append(subprocess.Popen(
+                hosts.exec_prefix(host) + [
+                    script, "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", str(host),
+                    "--master-addr", hosts.addr[0], "--master-port", "29400",
+                    "--iface", hosts.ifname[host], "--", *args, "--out", str(out)],
+                env=dict(os.environ, OMP_NUM_THREADS="1",
+                         GNNPIPE_VENV=str(Path(sys.executable).parents[1])),
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    try:
+        codes = _wait_all(procs, out, 180)
+        text = "\n".join((out / f"host{h}.log").read_text(errors="replace")[-3000:] for h in (0, 1))
+        assert codes == [0, 0], f"{codes}\n{text}"
+    finally:
+        _kill(procs)
+    one = _run(tmp_path / "one-host", args, None)
+    assert _losses(out) == pytest.approx(one, rel=1e-6, abs=1e-7)
+
+
 @pytest.mark.slow  # ~30 s
 def test_cut_link_fails_both_sides_within_timeout(hosts, tmp_path):
     out = tmp_path / "cut"
