@@ -21,7 +21,11 @@ category and the tag. MPI has no timeouts of its own, so the MPI communicator po
 non-blocking operations (``Isend``/``Irecv``/``Iallreduce``/``Ialltoallv``/``Ibcast``/
 ``Ibarrier``) and polls ``Test`` against a deadline. A peer that dies mid-operation makes
 Gloo report a closed connection; that becomes :class:`PeerFailedError`, naming the peer
-when the operation has one (point-to-point).
+when the operation has one (point-to-point). The peer a rank loses is not always the one
+that died (in a pipeline, stage 3 loses stage 2, which exited because stage 1 died), so the
+torch communicator appends a *failure census* to every lost-peer or timeout error: it asks
+the rendezvous store which ranks reported failures of their own and, on this host, whose
+process is gone, within a few seconds ("failure census: rank 1 died (process gone)").
 
 **Byte accounting.** ``stats.bytes_sent[category]`` counts the *payload bytes this rank
 hands to the communicator for other ranks*:

@@ -283,3 +283,73 @@ def test_ctrl_c_on_mpirun_script(tmp_path, cleanup):
     assert codes == [130], f"{codes}\n{text[-3000:]}"
     assert "Traceback" not in text and text.count("interrupted") == 2, text[-3000:]
     assert_no_leftovers(out)
+
+
+# --------------------------------------------------------------------------- census
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _census(store, rank=0, world=3, timeout_s=2.0):
+    from gnnpipe.comm import _FailureCensus
+
+    c = _FailureCensus(store, rank, world, timeout_s)
+    c.register()
+    return c
+
+
+def test_census_names_the_rank_whose_process_is_gone():
+    import socket as so
+
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    prefix = "gnnpipe/census/0/"
+    host = so.gethostname()
+    store.set(prefix + "who/1", f"{host} {_dead_pid()}")
+    store.set(prefix + "who/2", f"{host} {os.getpid()}")  # alive: this very process
+    store.set(prefix + "failed/2", "1")  # rank 2 failed too, but reported it
+    t0 = time.monotonic()
+    assert _census(store).verdict() == "rank 1 died (process gone)"
+    assert time.monotonic() - t0 < 0.5  # a certain answer needs no waiting
+
+
+def test_census_names_silent_ranks_on_other_hosts_after_its_window():
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    store.set("gnnpipe/census/0/who/1", f"elsewhere {os.getpid()}")  # pid means nothing there
+    c = _census(store, timeout_s=2.0)  # window: timeout / 4 = 0.5 s
+    t0 = time.monotonic()
+    verdict = c.verdict()
+    assert "no failure report" in verdict and "ranks 1, 2" in verdict, verdict
+    assert 0.5 <= time.monotonic() - t0 < 3
+    assert c.verdict() is verdict  # computed once
+
+
+def test_census_when_everyone_reported_blames_nobody():
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    for r in (1, 2):
+        store.set(f"gnnpipe/census/0/failed/{r}", "1")
+    assert "none died" in _census(store).verdict()
+
+
+def test_census_when_the_store_is_gone():
+    class GoneStore:
+        def set(self, *a):
+            raise RuntimeError("Connection reset by peer")
+
+        def set_timeout(self, *a):
+            pass
+
+    from gnnpipe.comm import _FailureCensus
+
+    verdict = _FailureCensus(GoneStore(), 2, 4, 8.0).verdict()
+    assert "store cannot be reached" in verdict and "rank 0" in verdict, verdict
