@@ -192,23 +192,25 @@ class GraphParallelExecutor:
         }
 
     # ------------------------------------------------------------------ forward
-    def forward(self, ctx: RunCtx, comm_timer: list | None = None) -> torch.Tensor:
-        """Logits of the local rows [num_local, classes]."""
+    def forward(self, ctx: RunCtx) -> torch.Tensor:
+        """Logits of the local rows [num_local, classes].
+
+        Training exchanges halo rows inside autograd (their gradients go home in backward);
+        evaluation exchanges plain rows under the ``eval`` category.
+        """
         h = self.x_dst
         h_src = self.x_src
         carry: dict = {}
-        first = True
-        for unit in self.model.units:
+        for i, unit in enumerate(self.model.units):
             if unit.aggregates:
-                if not first:
-                    t0 = time.perf_counter()
-                    h_src = _HaloExchange.apply(h, self.exchanger)
-                    if comm_timer is not None:
-                        comm_timer[0] += time.perf_counter() - t0
+                if i > 0:  # unit 0's sources are the constant features, halo included
+                    if ctx.training:
+                        h_src = _HaloExchange.apply(h, self.exchanger)
+                    else:
+                        h_src = torch.cat([h, self.exchanger.exchange(h, "eval")], dim=0)
                 h, carry = unit(h, carry, ctx, block=self.block, h_src=h_src)
             else:
                 h, carry = unit(h, carry, ctx, block=self.block)
-            first = False
         return h
 
     def train_epoch(self, epoch: int) -> EpochResult:
@@ -259,19 +261,7 @@ class GraphParallelExecutor:
     def evaluate(self, epoch: int) -> dict:
         """Exact full-graph inference: correct/total counts per split, summed over ranks."""
         self.model.eval()
-        ctx = RunCtx(training=False, epoch=epoch, seed=self.seed)
-        h = self.x_dst
-        h_src = self.x_src
-        carry: dict = {}
-        first = True
-        for unit in self.model.units:
-            if unit.aggregates:
-                if not first:
-                    h_src = torch.cat([h, self.exchanger.exchange(h, "eval")], dim=0)
-                h, carry = unit(h, carry, ctx, block=self.block, h_src=h_src)
-            else:
-                h, carry = unit(h, carry, ctx, block=self.block)
-            first = False
+        h = self.forward(RunCtx(training=False, epoch=epoch, seed=self.seed))
         counts = []
         for split in ("train", "val", "test"):
             counts.extend(accuracy_counts(h, self.labels, self.masks[split], multilabel=self.multilabel))
