@@ -764,8 +764,14 @@ class _FailureCensus:
     The verdict is computed once per process and appended to every later error.
     """
 
-    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float) -> None:
+    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float,
+                 hosts_store: bool = False) -> None:
         self._store = store
+        # The store lives in this process (rank 0 after a tcp:// or env:// rendezvous
+        # without torchrun's agent): exiting at once would take it away from the ranks
+        # that fail later, so this rank lingers until they have reported or are gone.
+        self._hosts_store = hosts_store
+        self._linger_s = timeout_s / 2
         self._rank = rank
         self._world = world_size
         # Short enough to keep the failure bound close to --timeout even when stages fail
@@ -815,6 +821,8 @@ class _FailureCensus:
             worker.join(self.window_s + 2.0)
             if result:
                 self._verdict = result[0]
+                if self._hosts_store:
+                    self._linger()
             else:
                 why = (f"no answer within {self.window_s + 2.0:.0f} s" if not failure else
                        (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0])
@@ -823,6 +831,18 @@ class _FailureCensus:
                     "process (or torchrun's agent on the first host): rank 0 or its host is "
                     f"probably dead or cut off ({why})")
         return self._verdict
+
+    def _linger(self) -> None:
+        others = [r for r in range(self._world) if r != self._rank]
+        deadline = time.monotonic() + self._linger_s
+        while time.monotonic() < deadline:
+            try:
+                if all(self._store.check([f"{self._prefix}failed/{r}"]) or
+                       self._process_gone(r) for r in others):
+                    return
+            except Exception:
+                return
+            time.sleep(0.05)
 
     def _ask(self) -> str:
         self._store.set_timeout(timedelta(seconds=max(self.window_s, 1.0)))
@@ -1351,8 +1371,11 @@ def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
     census = None
     if launch.world_size > 1:
         try:
+            url = str(kwargs.get("init_method", ""))
+            hosts_store = (launch.rank == 0 and url.startswith(("tcp://", "env://"))
+                           and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True")
             census = _FailureCensus(dist.distributed_c10d._get_default_store(), launch.rank,
-                                    launch.world_size, timeout_s)
+                                    launch.world_size, timeout_s, hosts_store=hosts_store)
             census.register()
         except Exception as e:  # a private API of torch: diagnosis is a bonus, not a need
             log.debug("rank %d: no failure census (%s)", launch.rank, e)
