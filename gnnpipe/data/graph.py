@@ -28,8 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from gnnpipe import GnnpipeError, __version__
+from gnnpipe.fsutil import atomic_directory
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
@@ -292,16 +291,7 @@ class Graph:
         replaced only after the new one is complete.
         """
         path = Path(path)
-        if path.exists() and not force:
-            raise GnnpipeError(f"{path}: output directory exists (use --force to replace it)")
-        parent = path.parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise GnnpipeError(f"{parent}: cannot create output directory ({e.strerror})") from None
-        tmp = parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            tmp.mkdir()
+        with atomic_directory(path, force) as tmp:
             files: dict[str, np.ndarray] = {"indptr": self.indptr, "indices": self.indices}
             if self.sparse_features:
                 f = self.features
@@ -337,22 +327,6 @@ class Graph:
                 fh.write("\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            if path.exists():
-                # Replace: move the old graph aside, move the new one in; if the second rename
-                # does not happen, put the old one back so the path always holds a graph.
-                old = parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-                path.rename(old)
-                try:
-                    tmp.rename(path)
-                except BaseException:
-                    old.rename(path)
-                    raise
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return path
 
     @classmethod

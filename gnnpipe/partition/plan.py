@@ -20,8 +20,6 @@ import io
 import json
 import logging
 import os
-import shutil
-import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from gnnpipe import GnnpipeError, __version__
+from gnnpipe.fsutil import atomic_directory
 from gnnpipe.data.graph import Graph
 
 log = logging.getLogger(__name__)
@@ -303,32 +302,10 @@ class PartitionPlan:
         Refuses an existing ``path`` unless ``force``. The bytes depend only on the plan.
         """
         path = Path(path)
-        if path.exists() and not force:
-            raise GnnpipeError(f"{path}: output directory exists (use --force to replace it)")
-        parent = path.parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise GnnpipeError(f"{parent}: cannot create output directory ({e.strerror})") from None
-        tmp = parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            try:
-                tmp.mkdir()
-            except OSError as e:
-                raise GnnpipeError(f"{parent}: output directory not writable ({e.strerror})") from None
+        with atomic_directory(path, force) as tmp:
             _write_npz(tmp / ASSIGNMENT_FILE, {k: getattr(self, k) for k in _ASSIGNMENT_KEYS})
             _write_json(tmp / STATS_FILE, self.stats or {})
             _write_json(tmp / META_FILE, self.meta())  # last: marks completeness
-            if path.exists():
-                old = parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-                path.rename(old)
-                tmp.rename(path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return path
 
     @classmethod
