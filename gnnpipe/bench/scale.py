@@ -141,6 +141,11 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                             "bytes_total": sum(C.measured_bytes(last).values())})
             rows.append(row)
             (out_dir / "partial.json").write_text(json.dumps(rows, indent=1))
+    # Points of other sizes from an earlier run stay (``--sizes`` reruns a subset).
+    old = out_dir / "results.json"
+    if old.exists() and not quick:
+        kept = [r for r in json.loads(old.read_text()).get("rows", []) if r.get("nodes") not in set(sizes)]
+        rows = sorted(kept + rows, key=lambda r: (r["nodes"], r["config"]))
     md = summarize(rows)
     C.write_results(out_dir, rows, md, {"model": f"{MODEL}-{LAYERS} d={HIDDEN}", "degree": DEGREE, "features": FEATURES,
                                         "world": 4, "partitioner": method})
