@@ -769,9 +769,12 @@ class _FailureCensus:
         self._store = store
         # The store lives in this process (rank 0 after a tcp:// or env:// rendezvous
         # without torchrun's agent): exiting at once would take it away from the ranks
-        # that fail later, so this rank lingers until they have reported or are gone.
+        # that fail later, so this rank lingers until they have reported or are gone
+        # (at most one more timeout: only ranks cut off or hung keep it that long).
         self._hosts_store = hosts_store
-        self._linger_s = timeout_s / 2
+        # A survivor notices a failure within timeout_s at most, then asks within the
+        # census's window and its hard deadline.
+        self._linger_s = timeout_s + min(2.0, timeout_s / 4) + 2.0
         self._rank = rank
         self._world = world_size
         # Short enough to keep the failure bound close to --timeout even when stages fail
