@@ -6,7 +6,7 @@ For each case (graph, model, depth, d) and world size (2: graph P=2, pipeline S=
 is skipped as warm-up). Reported per configuration: the median epoch time over all kept
 epochs and the spread (min–max of the per-run medians), the medians of ``compute_s``,
 ``comm_s`` and ``bubble_s`` (each the maximum over ranks, as ``metrics.jsonl`` records
-them), the cost model's prediction with profile ``cpu-this-machine`` and its relative
+them; the pipeline's ``comm_s`` includes its receive waits, which are its ``bubble_s``), the cost model's prediction with profile ``cpu-this-machine`` and its relative
 error. Per (case, world size): whether the planner's first choice
 (:func:`gnnpipe.plan.rank_configs` over the measured topologies, chunks = 4·S) is the
 fastest measured configuration. Averages across configurations are geometric means.
@@ -152,10 +152,12 @@ def plot(rows: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(rows) + 1), 3.6))
     xs = range(len(rows))
     comp = [r["compute_s"] for r in rows]
-    comm = [r["comm_s"] for r in rows]
+    # The pipeline executor counts its receive waits (the bubble) inside comm_s as well, and
+    # compute_s = wall − comm_s per rank: stack compute, comm − bubble, bubble.
     bub = [r["bubble_s"] for r in rows]
+    comm = [max(r["comm_s"] - r["bubble_s"], 0.0) for r in rows]
     ax.bar(xs, comp, label="compute")
-    ax.bar(xs, comm, bottom=comp, label="comm")
+    ax.bar(xs, comm, bottom=comp, label="comm (outside the bubble)")
     ax.bar(xs, bub, bottom=[a + b for a, b in zip(comp, comm)], label="bubble")
     ax.plot(xs, [r["measured_s"] for r in rows], "k_", ms=14, label="epoch (median)")
     ax.plot(xs, [r["pred_s"] for r in rows], "r.", ms=8, label="predicted")
