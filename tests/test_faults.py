@@ -156,6 +156,13 @@ def cleanup():
     """Kills whatever a test started, even when it fails."""
     started: list[subprocess.Popen] = []
     yield started
+    # Launch scripts run their launcher in a process group of its own: kill descendants.
+    for p in started:
+        try:
+            for child in psutil.Process(p.pid).children(recursive=True):
+                child.kill()
+        except psutil.Error:
+            pass
     for p in started:
         if p.poll() is None:
             try:

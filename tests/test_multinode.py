@@ -91,6 +91,16 @@ def _wait_all(procs, out: Path, limit_s: float) -> list[int | None]:
 
 
 def _kill(procs) -> None:
+    import psutil
+
+    # The launch scripts put their launcher in a process group of its own, out of reach
+    # of killpg on the script: collect every descendant first.
+    for p in procs:
+        try:
+            for child in psutil.Process(p.pid).children(recursive=True):
+                child.kill()
+        except psutil.Error:
+            pass
     for p in procs:
         if p.poll() is None:
             try:
