@@ -36,7 +36,10 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 # name -> (group, ranks, gnnpipe-train flags, target note)
-COMMON_DEEP = ["--layers", "32", "--hidden", "100", "--dropout", "0.5", "--lr", "0.001", "--weight-decay", "0"]
+# The paper trains 5000 (Squirrel) / 300 (Physics) epochs at lr 1e-3 on 8 GPUs; on 2 CPU cores
+# we keep its model shape and dropout and shorten the schedule (lr 5e-3, 150 / 60 epochs).
+# Graph, pipeline and hybrid runs share every hyperparameter, so the comparison stands.
+COMMON_DEEP = ["--layers", "32", "--hidden", "100", "--dropout", "0.5", "--lr", "0.005", "--weight-decay", "0"]
 CONFIGS: dict[str, tuple[str, int, list[str], str]] = {
     "cora-gcn2-graph": ("anchor", 4, ["--dataset", "cora", "--mode", "graph", "--model", "gcn", "--layers", "2",
                                        "--hidden", "16", "--dropout", "0.5", "--lr", "0.01", "--weight-decay", "5e-4",
@@ -46,7 +49,7 @@ CONFIGS: dict[str, tuple[str, int, list[str], str]] = {
                                           "--alpha", "0.1", "--lam", "0.5", "--epochs", "600", "--eval-every", "5"],
                            ">= 84.5 (GCNII paper 85.5)"),
 }
-for ds, epochs, ev in (("squirrel", 500, 10), ("coauthor_physics", 300, 10)):
+for ds, epochs, ev in (("squirrel", 150, 5), ("coauthor_physics", 60, 5)):
     short = "physics" if ds == "coauthor_physics" else ds
     for model, mname in (("gcnii", "gcnii32"), ("resgcn+", "resgcn32")):
         base = ["--dataset", ds, "--model", model, *COMMON_DEEP, "--epochs", str(epochs), "--eval-every", str(ev)]
@@ -148,15 +151,17 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
     seeds = [0] if quick or not seeds else list(seeds)
     epochs = 20 if quick else epochs
     out = Path(out)
-    results_file = out / "accuracy.json"
+    # A quick run must never overwrite a real result of the same configuration and seed.
+    sub = "accuracy-quick" if quick else "accuracy"
+    results_file = out / f"{sub}.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else []
     for name, seed in tqdm([(n, s) for n in names for s in seeds], desc="accuracy", disable=not progress):
-        r = run_one(name, seed, out / "accuracy", timeout, epochs)
+        r = run_one(name, seed, out / sub, timeout, epochs)
         results = [x for x in results if not (x["name"] == name and x["seed"] == seed)] + [r]
         results_file.parent.mkdir(parents=True, exist_ok=True)
         results_file.write_text(json.dumps(results, indent=2) + "\n")
     md = summarize(results)
-    C.write_results(out / "accuracy", results, md, {"seeds": seeds, "epochs_override": epochs})
+    C.write_results(out / sub, results, md, {"seeds": seeds, "epochs_override": epochs})
     if not quick:
         fill_doc(doc or REPO / "docs" / "benchmarks.md", f"_Filled by `gnnpipe-bench accuracy` on "
                  f"{time.strftime('%Y-%m-%d')} from results/accuracy.json._\n\n{md}")
