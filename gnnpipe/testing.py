@@ -370,6 +370,9 @@ def _child_main(argv: list[str] | None = None) -> int:
         # Skip interpreter teardown: finalising MPI or destroying a process group with a
         # failed peer can block, and the other ranks learn of the failure from our exit.
         os._exit(1)
+    from gnnpipe.comm import exit_process
+
+    exit_process(0)  # skip interpreter teardown: it can abort after a clean run
     return 0
 
 

@@ -530,7 +530,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """Console-script entry: exits without Python's teardown (see ``comm.exit_process``)."""
+    from gnnpipe.comm import exit_process
+
+    exit_process(main())
 
 
 if __name__ == "__main__":

@@ -347,7 +347,8 @@ def test_peer_that_never_answers_times_out(comm, tmp_path):
         assert kind == "CommTimeoutError", (op, kind, msg)
         assert msg.startswith("rank 0: ") and what in msg and "rank 1" in msg, msg
         assert f"{timeout:.1f} s" in msg
-        assert timeout * 0.9 <= elapsed <= timeout + 1.5, (op, elapsed)
+        # the failure census may add up to its hard 4 s limit on a loaded machine
+        assert timeout * 0.9 <= elapsed <= timeout + 5.0, (op, elapsed)
 
 
 def test_sigkilled_peer_is_named_gloo(tmp_path):
