@@ -59,7 +59,7 @@ _NAME = re.compile(r"^epoch-(\d+)$")
 # Config fields that change the math of training: a resumed run must match them exactly.
 MATH_FIELDS = (
     "dataset", "synth_nodes", "synth_degree", "synth_classes", "synth_features", "synth_homophily",
-    "synth_signal", "plan",
+    "synth_signal", "normalize_features", "plan",
     "mode", "model", "backend", "layers", "hidden", "heads", "dropout", "alpha", "lam",
     "lr", "weight_decay", "seed", "stages", "ways", "chunks", "parts", "method", "exact",
     "shuffle", "grad_fix", "snapshot_period",

@@ -41,6 +41,7 @@ class TrainConfig:
     synth_features: int = _f(32, "feature width of the built-in synthetic graph")
     synth_homophily: float = _f(0.8, "sbm: expected fraction of edges inside a class")
     synth_signal: float = _f(1.0, "sbm/rmat: class-mean separation of the features (noise units)")
+    normalize_features: bool = _f(False, "row-normalize input features to sum 1 (the Planetoid protocol of GCN/GCNII)")
     plan: str | None = _f(None, "partition plan directory; unset: partition on the fly in memory")
     mode: str = _f("pipeline", "parallelism", choices=MODES)
     model: str = _f("gcnii", "model type", choices=MODELS)

@@ -41,10 +41,10 @@ VENV_BIN = Path(sys.executable).parent
 # Graph, pipeline and hybrid runs share every hyperparameter, so the comparison stands.
 COMMON_DEEP = ["--layers", "32", "--hidden", "100", "--dropout", "0.5", "--lr", "0.005", "--weight-decay", "0"]
 CONFIGS: dict[str, tuple[str, int, list[str], str]] = {
-    "cora-gcn2-graph": ("anchor", 4, ["--dataset", "cora", "--mode", "graph", "--model", "gcn", "--layers", "2",
+    "cora-gcn2-graph": ("anchor", 4, ["--dataset", "cora", "--normalize-features", "--mode", "graph", "--model", "gcn", "--layers", "2",
                                        "--hidden", "16", "--dropout", "0.5", "--lr", "0.01", "--weight-decay", "5e-4",
                                        "--epochs", "200", "--eval-every", "1"], ">= 80.5 (Kipf & Welling 81.5)"),
-    "cora-gcnii64-graph": ("anchor", 4, ["--dataset", "cora", "--mode", "graph", "--model", "gcnii", "--layers", "64",
+    "cora-gcnii64-graph": ("anchor", 4, ["--dataset", "cora", "--normalize-features", "--mode", "graph", "--model", "gcnii", "--layers", "64",
                                           "--hidden", "64", "--dropout", "0.6", "--lr", "0.01", "--weight-decay", "5e-4",
                                           "--alpha", "0.1", "--lam", "0.5", "--epochs", "600", "--eval-every", "5"],
                            ">= 84.5 (GCNII paper 85.5)"),
