@@ -182,19 +182,7 @@ def main() -> int:
             print(f"{n:28s} {g:9s} {r} ranks  target: {t}")
         return 0
     names = a.only or [n for n, c in CONFIGS.items() if a.group is None or c[0] == a.group]
-    out_root = Path(a.out) / "accuracy"
-    results_file = Path(a.out) / "accuracy.json"
-    results = json.loads(results_file.read_text()) if results_file.exists() else []
-    for name in names:
-        for seed in a.seeds:
-            print(f"[{time.strftime('%H:%M:%S')}] {name} seed {seed} ...", flush=True)
-            r = run_one(name, seed, out_root, a.timeout)
-            results = [x for x in results if not (x["name"] == name and x["seed"] == seed)] + [r]
-            print(f"    -> {r.get('test_acc', r.get('error', '')[-300:])} ({r['wall_s']:.0f} s)", flush=True)
-            results_file.parent.mkdir(parents=True, exist_ok=True)
-            results_file.write_text(json.dumps(results, indent=2) + "\n")
-    md = summarize(results)
-    (Path(a.out) / "accuracy.md").write_text(f"# Accuracy ({time.strftime('%Y-%m-%d')})\n\n{md}\n")
+    _, md = run(Path(a.out), only=names, seeds=a.seeds, timeout=a.timeout)
     print(md)
     return 0
 
