@@ -526,7 +526,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
                 raise SetupError(str(e)) from e
         torch.set_num_threads(cfg.threads or threads_per_rank(launch))
-        torch.set_flush_denormal(True)  # deep residual stacks drift into denormals: 10x slower math
         kind = cfg.comm
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
@@ -568,6 +567,9 @@ def entry() -> None:
     """Console-script entry: exits without Python's teardown (see ``comm.exit_process``)."""
     from gnnpipe.comm import exit_process
 
+    # Deep residual stacks drift into denormals, which are ~10x slower on CPUs. Process-wide
+    # state, so only the console entry sets it (in-process callers such as tests keep theirs).
+    torch.set_flush_denormal(True)
     exit_process(main())
 
 

@@ -47,12 +47,11 @@ def a5000():
 
 
 @pytest.fixture(scope="module")
-def squirrel():
-    if not (DATA / "squirrel" / "meta.json").is_file():
-        pytest.skip("squirrel not prepared under datasets/")
-    from gnnpipe.data.graph import Graph
+def squirrel(raw_datasets):
+    """Squirrel loaded from the raw files (skips only when the real datasets are absent)."""
+    from gnnpipe.data.catalog import get_card, load_from_card
 
-    return Graph.load(DATA / "squirrel")
+    return load_from_card(get_card("squirrel"), raw_datasets / "squirrel")
 
 
 # ------------------------------------------------------------------ bytes
