@@ -10,7 +10,7 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from gnnpipe import GnnpipeError
 
@@ -53,3 +53,20 @@ def atomic_directory(path: str | os.PathLike, force: bool = False) -> Iterator[P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def json_default(o: Any) -> Any:
+    """``json.dump(default=...)`` for numpy scalars and arrays and paths in metadata."""
+    import numpy as np
+
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -37,6 +37,7 @@ import scipy.sparse as sp
 
 from gnnpipe import GnnpipeError, __version__
 from gnnpipe.fsutil import atomic_directory
+from gnnpipe.fsutil import json_default as _json_default
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
@@ -339,18 +340,6 @@ class Graph:
         return load_graph(path, mmap=mmap, verify=verify)
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def read_meta(path: str | os.PathLike) -> dict:

@@ -30,6 +30,7 @@ import scipy.sparse as sp
 
 from gnnpipe import GnnpipeError, __version__
 from gnnpipe.fsutil import atomic_directory
+from gnnpipe.fsutil import json_default as _json_default
 from gnnpipe.data.graph import Graph
 
 log = logging.getLogger(__name__)
@@ -388,14 +389,6 @@ def _write_json(path: Path, obj: Any) -> None:
         os.fsync(fh.fileno())
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
