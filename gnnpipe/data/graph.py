@@ -340,8 +340,6 @@ class Graph:
         return load_graph(path, mmap=mmap, verify=verify)
 
 
-
-
 def read_meta(path: str | os.PathLike) -> dict:
     """Read and check ``meta.json`` of a prepared graph directory."""
     path = Path(path)

@@ -389,8 +389,6 @@ def _write_json(path: Path, obj: Any) -> None:
         os.fsync(fh.fileno())
 
 
-
-
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     # np.savez stamps each member with the current time; a fixed date keeps the bytes a
     # function of the arrays alone (byte-identical plans for the same inputs).
