@@ -257,6 +257,23 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
     results = []
     for job in jobs:
         build = T.build_executor
+        if job.get("epoch_sleep_s"):
+            # A run that a test will kill: slow it down so that it cannot race many epochs
+            # past the checkpoint the test waits for (tiny epochs take about 1 ms here).
+            nap = job["epoch_sleep_s"]
+
+            def build_slow(cfg, comm_, graph, _build=build):
+                ex, plan = _build(cfg, comm_, graph)
+                inner = ex.train_epoch
+
+                def train_epoch(epoch):
+                    time.sleep(nap)
+                    return inner(epoch)
+
+                ex.train_epoch = train_epoch
+                return ex, plan
+
+            T.build_executor = build_slow
         if job.get("inject"):
             at_epoch, at_stage = job["inject"]
 
@@ -358,7 +375,7 @@ def _finish(ranks, timeout_s: float = 180.0) -> list:
 @pytest.mark.slow  # about 45 s here: six 2-rank launches (torch and MPI start-up dominates)
 @pytest.mark.mpi
 def test_kill_and_resume_on_two_ranks_equals_uninterrupted(tmp_path):
-    E = 14  # epochs of the reference and of the resumed runs
+    E = 24  # epochs of the reference and of the resumed runs (headroom past the kill)
     env = {"PYTHONPATH": str(TESTS)}
     g_ref, g_run = tmp_path / "g-ref", tmp_path / "g-run"
     p_ref, p_run, p_nan = tmp_path / "p-ref", tmp_path / "p-run", tmp_path / "p-nan"
@@ -374,7 +391,8 @@ def test_kill_and_resume_on_two_ranks_equals_uninterrupted(tmp_path):
         {"cfg": dict(pcfg, checkpoint_every=2), "out": str(p_nan), "inject": (5, 0)},
     ]})
     kill_g = spawn_ranks("test_checkpoint:train_rank", 2, "torch", env=env,
-                         args={"jobs": [{"cfg": dict(gcfg, epochs=long, checkpoint_every=2), "out": str(g_run)}]})
+                         args={"jobs": [{"cfg": dict(gcfg, epochs=long, checkpoint_every=2), "out": str(g_run),
+                                         "epoch_sleep_s": 0.05}]})
     kill_p = _mpirun_train(dict(pcfg, epochs=long, checkpoint_every=2, out=str(p_run)), tmp_path / "p-kill.log")
     try:
         _kill_after_commit({
