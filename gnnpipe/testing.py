@@ -158,24 +158,7 @@ class RankProcesses:
         """Kills every process this run started, launcher and ranks alike (no zombies)."""
         import psutil
 
-        # Hydra's proxy puts itself in a session of its own, out of reach of a signal to
-        # mpirun's group: collect every descendant first, then kill them all.
-        victims: list[psutil.Process] = []
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    victims += psutil.Process(p.pid).children(recursive=True)
-                except psutil.NoSuchProcess:
-                    pass
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for v in victims:
-            try:
-                v.kill()
-            except psutil.NoSuchProcess:
-                pass
+        victims = kill_process_tree([p for p in self.procs if p.poll() is None])
         for k in range(self.world_size):  # ranks that re-parented themselves
             path = self.run_dir / f"rank{k}.pid"
             try:
@@ -227,6 +210,33 @@ class RankProcesses:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def kill_process_tree(procs: list) -> list:
+    """SIGKILL each process's group and every descendant; returns the descendants.
+
+    Hydra's proxy puts itself in a session of its own, out of reach of a signal to mpirun's
+    group: every descendant is collected first, then all are killed. The processes must have
+    been started with ``start_new_session=True`` (their pid is their group id).
+    """
+    import psutil
+
+    victims: list = []
+    for p in procs:
+        try:
+            victims += psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for v in victims:
+        try:
+            v.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return victims
 
 
 def spawn_ranks(fn: str, world_size: int, comm: str = "torch",

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -327,19 +326,9 @@ def _kill_tree(p: subprocess.Popen) -> None:
     """SIGKILL mpirun and every process below it (hydra's proxy leaves mpirun's group)."""
     import psutil
 
-    try:
-        victims = psutil.Process(p.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        victims = []
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for v in victims:
-        try:
-            v.kill()
-        except psutil.NoSuchProcess:
-            pass
+    from gnnpipe.testing import kill_process_tree
+
+    victims = kill_process_tree([p])
     p.wait(timeout=30)
     psutil.wait_procs(victims, timeout=10)
 

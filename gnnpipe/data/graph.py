@@ -411,6 +411,16 @@ def load_graph(path: str | os.PathLike, mmap: bool = True, verify: bool = False)
     return g
 
 
+def drop_sorted_duplicates(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted 1-D array, in order (one boolean mask of memory)."""
+    if keys.size < 2:
+        return keys
+    uniq = np.empty(keys.size, dtype=bool)
+    uniq[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=uniq[1:])
+    return keys[uniq]
+
+
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetrize an edge list into CSR (sorted rows), dropping self-loops and duplicates.
 
@@ -437,12 +447,7 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.
     key[s.size :] += s
     del s, d, keep
     key.sort(kind="stable" if key.size < 1 << 20 else "quicksort")
-    if key.size:
-        uniq = np.empty(key.size, dtype=bool)
-        uniq[0] = True
-        np.not_equal(key[1:], key[:-1], out=uniq[1:])
-        key = key[uniq]
-        del uniq
+    key = drop_sorted_duplicates(key)
     rows = key // n
     indices = key - rows * n
     del key

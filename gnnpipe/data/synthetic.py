@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from gnnpipe import GnnpipeError
-from gnnpipe.data.graph import Graph, symmetric_csr
+from gnnpipe.data.graph import Graph, drop_sorted_duplicates, symmetric_csr
 
 log = logging.getLogger(__name__)
 
@@ -131,12 +131,7 @@ def _sample_unique_edges(
         merged = np.concatenate([keys, new])
         del new
         merged.sort(kind="stable")  # two sorted runs: a linear merge
-        if merged.size:
-            uniq = np.empty(merged.size, dtype=bool)
-            uniq[0] = True
-            np.not_equal(merged[1:], merged[:-1], out=uniq[1:])
-            keys = merged[uniq]
-            del uniq
+        keys = drop_sorted_duplicates(merged)
         del merged
         gained = keys.size - before
         if gained <= 0:
