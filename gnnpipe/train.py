@@ -510,6 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rank0 and not debug:
         logging.getLogger().setLevel(logging.WARNING)
     comm = None
+    ok = False
     try:
         if rank0:
             cfg, _ = parse_config(args)
@@ -543,6 +544,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"test acc there {summary['test_acc_at_best_val']:.4f}, "
                 f"mean epoch {summary['mean_epoch_time_s']:.3f} s; metrics in {out}/metrics.jsonl"
             )
+        ok = True
         return 0
     except GnnpipeError as e:
         if debug:
@@ -556,10 +558,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gnnpipe-train [rank {launch.rank}]: interrupted", file=sys.stderr)
         return 130
     finally:
-        if comm is not None:
+        # Close only after success: tearing down a process group whose peer died (or that
+        # Ctrl-C interrupted mid-operation) can abort the process (exit -6) instead of
+        # leaving with our error code; after a failure the rank exits without teardown.
+        if comm is not None and ok:
             try:
                 comm.close()
-            except Exception:  # closing after a failure must not hide the failure
+            except Exception:
                 pass
 
 
