@@ -561,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Close only after success: tearing down a process group whose peer died (or that
         # Ctrl-C interrupted mid-operation) can abort the process (exit -6) instead of
         # leaving with our error code; after a failure the rank exits without teardown.
-        if comm is not None and ok:
+        if comm is not None and (ok or comm.world_size == 1):  # no peer to lose in one process
             try:
                 comm.close()
             except Exception:
