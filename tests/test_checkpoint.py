@@ -10,7 +10,8 @@ On real ranks (2 ranks): a run killed with SIGKILL after a checkpoint and resume
 the same metrics.jsonl as an uninterrupted run, for graph mode (Gloo ranks started by the
 test harness, calling ``train``) and for stale pipeline mode (``mpirun -np 2 gnnpipe-train``);
 a NaN injected into stage 0 of a 2-stage pipeline is reported on stage 0 (not on the last
-stage, where the loss is computed); a 2-rank checkpoint is refused by a 1-rank run.
+stage, where the loss is computed); a 2-rank checkpoint is refused by a 1-rank run; a hybrid 2 x 2 run (4 MPI ranks) stopped
+after a checkpoint and resumed equals an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -436,3 +437,27 @@ def test_kill_and_resume_on_two_ranks_equals_uninterrupted(tmp_path):
         _train1(tmp_path / "one", **pcfg, resume=str(p_run))
     assert "world_size: checkpoint 2, this run 1" in str(e.value)
     assert "stages: checkpoint 2, this run 1" in str(e.value)
+
+
+@pytest.mark.mpi
+def test_hybrid_resume_on_four_ranks_equals_uninterrupted(tmp_path):
+    """2 ways x 2 stages: every rank saves its own stage's weights, optimiser state and
+    buffers into one committed checkpoint, and the resumed run ends where the
+    uninterrupted one does (MPI ranks; one launch runs the three jobs in order)."""
+    env = {"PYTHONPATH": str(TESTS)}
+    hcfg = dict(PIPE, mode="hybrid", ways=2, stages=2, epochs=9)
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    ranks = spawn_ranks("test_checkpoint:train_rank", 4, "mpi", env=env, args={"jobs": [
+        {"cfg": hcfg, "out": str(ref)},
+        {"cfg": dict(hcfg, epochs=6, checkpoint_every=2), "out": str(run)},
+        {"cfg": dict(hcfg, checkpoint_every=2, resume=str(run)), "out": str(run)},
+    ]})
+    try:
+        out = _finish(ranks)
+    finally:
+        ranks.close()
+    assert all("error" not in r for rank in out for r in rank), out
+    commit = json.loads((run / "checkpoints" / "epoch-5" / "COMMIT.json").read_text())
+    assert sorted(commit["files"]) == [f"rank{r}.pt" for r in range(4)]
+    _same_metrics(_metrics(run), _metrics(ref), "hybrid 2x2 resumed from epoch 5")
+    assert json.loads((run / "config.json").read_text())["resumed_from"].endswith("epoch-5")
