@@ -53,14 +53,18 @@ optimizer step.
 rows with the same stage of the other ways (blocking, per chunk, ``C·(D−1)`` messages per
 layer and direction) and all-reduces its weights across ways.
 
-**Memory** per rank: parameters, gradients and Adam's two moments (4× parameter bytes),
-the graph structure (int64 CSR and degrees; the pipeline's chunk blocks double it),
-features (dense ``rows·F·4`` or sparse ``nnz·12``), activations saved for backward (about
-``ACT_TENSORS`` tensors of ``rows × width`` per unit; the pipeline keeps every chunk's until
-the flush, so the whole graph's), history buffers (pipeline: ``N·d_in`` per aggregating
-unit on the stage, plus the cross-chunk gradient buffer and the snapshot, 3× in all),
-halo buffers, posted receive buffers, and the profile's fixed ``base_mem_bytes``. A
-configuration whose busiest rank needs more than ``mem_bytes`` is rejected, with why.
+**Memory** per rank, term by term what the executors hold: parameters, gradients and
+Adam's two moments (4× parameter bytes); the dataset as the rank reads it (graph mode: its
+own rows; pipeline: all of it, relabelling reads every row); the blocks with their cached
+normalised CSR and transpose (the pipeline: every chunk's, whose source rows are the
+chunk's own plus its out-of-chunk neighbours, Σ_k ≈ 3–5·N rows, and the whole part once
+for evaluation); features (graph mode: own + halo rows; pipeline: one relabelled copy);
+what autograd saves for backward (``SAVED_SRC`` bytes per source value, ``SAVED_DST``
+output tensors per row; the pipeline keeps every chunk's until the flush); history
+buffers (pipeline: ``N·d_in`` per aggregating unit on the stage, plus the cross-chunk
+gradient buffer and the snapshot, 3× in all); pipeline messages and halo buffers; and
+the profile's fixed ``base_mem_bytes``. A configuration whose busiest rank needs more
+than ``mem_bytes`` is rejected, with why.
 """
 
 from __future__ import annotations
@@ -83,9 +87,6 @@ log = logging.getLogger(__name__)
 MODES = ("graph", "pipeline", "hybrid")
 #: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
 CHUNK_FACTORS = (1, 2, 4, 8)
-#: Tensors of ``rows × width`` a unit keeps for its backward (input, pre-activation,
-#: output, dropout mask; about four, more for res+ and GAT).
-ACT_TENSORS = {"gcn": 4.0, "sage": 5.0, "gat": 6.0, "gcnii": 5.0, "resgcn+": 7.0}
 #: Element passes (reads + writes, forward + backward) of the elementwise work per unit
 #: and output element: bias, activation, dropout and their gradients.
 ELEM_PASSES = 8.0
@@ -108,6 +109,12 @@ class PartInfo:
         max_edges: directed edges (rows' neighbour entries) of the busiest part.
         max_halo: the largest M_p.
         source: ``"metis"`` (a real partition of the dataset) or ``"estimated ..."``.
+        chunk_halo: per number of chunks per part ``C``: Σ_w Σ_k M_{w,k}, the distinct
+            neighbours in other parts of each chunk, summed (what the hybrid executor sends
+            per exchanged layer; :func:`gnnpipe.partition.volume.chunk_halo_sum`).
+        chunk_nbrs: per ``C``: the largest part's Σ_k of chunk k's distinct out-of-chunk
+            neighbours (own part or not): the rows a pipeline stage gathers from its history
+            per aggregating unit per epoch.
     """
 
     parts: int
@@ -116,6 +123,8 @@ class PartInfo:
     max_edges: int
     max_halo: int
     source: str = "metis"
+    chunk_halo: Mapping[int, int] = field(default_factory=dict)
+    chunk_nbrs: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,7 @@ class GraphStats:
 
     def part(self, parts: int) -> PartInfo:
         """The :class:`PartInfo` for ``parts`` parts (1 part: the whole graph, no halo)."""
-        if parts == 1:
+        if parts == 1 and 1 not in self.parts:
             return PartInfo(1, 0, self.num_nodes, self.num_edges, 0, "whole graph")
         if parts not in self.parts:
             raise GnnpipeError(
@@ -259,6 +268,22 @@ PROFILE_FIELDS = {
     "mem_bytes": "usable memory per device, bytes",
     "base_mem_bytes": "fixed memory per rank (runtime, context, allocator slack), bytes",
 }
+#: Optional fields (older profiles load without them) and their defaults: a field's
+#: default is a number, or the name of the field whose value it copies.
+PROFILE_OPTIONAL = {
+    "cores_per_host": ("compute units of a node that ranks share; more ranks than this on a node "
+                       "slow every rank's compute by ranks/cores", "devices_per_node"),
+    "gather_bytes_s": ("row gathers and scatters (index_select, index_add_, cat), bytes/s", "mem_bytes_s"),
+    "chunk_overhead_s": ("fixed cost of the pipeline's history path per chunk per aggregating unit "
+                         "(forward write + gather, backward scatter), s", 0.0),
+    "coll_overhead_s": ("fixed software cost of one blocking collective (all-to-all, all-reduce), s", 0.0),
+    "oversub_wait_s": ("extra wait per blocking collective when a node runs more ranks than cores "
+                       "(peers descheduled), s", 0.0),
+    "shared_slowdown": ("compute slow-down when every core of a node runs a rank (shared memory "
+                        "bandwidth and caches), >= 1", 1.0),
+    "oversub_slowdown": ("further slow-down per rank beyond the fair share ranks/cores when ranks "
+                         "outnumber cores (context switches, cache refills), >= 1", 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -279,6 +304,37 @@ class HardwareProfile:
     base_mem_bytes: float = 0.0
     description: str = ""
     source: str = ""
+    cores_per_host: float = 0.0  # 0: devices_per_node (one core or GPU per rank)
+    gather_bytes_s: float = 0.0  # 0: mem_bytes_s
+    chunk_overhead_s: float = 0.0
+    coll_overhead_s: float = 0.0
+    oversub_wait_s: float = 0.0
+    shared_slowdown: float = 1.0
+    oversub_slowdown: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.cores_per_host:
+            object.__setattr__(self, "cores_per_host", float(self.devices_per_node))
+        if not self.gather_bytes_s:
+            object.__setattr__(self, "gather_bytes_s", float(self.mem_bytes_s))
+
+    def ranks_on_host(self, world: int) -> int:
+        """Ranks on the busiest node (consecutive ranks fill a node)."""
+        return max(1, min(world, self.devices_per_node))
+
+    def slowdown(self, world: int) -> float:
+        """Factor on every rank's compute for ``world`` ranks.
+
+        Up to one rank per core: ``shared_slowdown`` when every core is busy (linear in
+        the busy cores before that); beyond, the ranks time-share the cores:
+        ``shared_slowdown · oversub_slowdown · ranks / cores``.
+        """
+        r, c = self.ranks_on_host(world), self.cores_per_host
+        if r <= 1:
+            return 1.0
+        if r <= c:
+            return 1.0 + (self.shared_slowdown - 1.0) * (r - 1) / max(c - 1, 1)
+        return self.shared_slowdown * self.oversub_slowdown * r / c
 
     def link(self, a: int, b: int) -> tuple[float, float]:
         """(bandwidth, latency) between ranks ``a`` and ``b`` (consecutive ranks per node)."""
@@ -334,6 +390,15 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
         ):
             raise GnnpipeError(f"{p}: field profile.{k} must be a positive number, got {v!r}")
         kw[k] = v
+    for k, (what, default) in PROFILE_OPTIONAL.items():
+        if k not in tab:
+            continue  # HardwareProfile fills the default
+        v = tab[k]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0 or (
+            v == 0 and k in ("cores_per_host", "gather_bytes_s")
+        ) or (k.endswith("_slowdown") and v < 1):
+            raise GnnpipeError(f"{p}: field profile.{k} must be a positive number, got {v!r} ({what})")
+        kw[k] = float(v)
     kw["devices_per_node"] = int(kw["devices_per_node"])
     return HardwareProfile(
         name=str(tab.get("name", p.stem)), description=str(tab.get("description", "")),
@@ -352,6 +417,8 @@ def profile_toml(profile: HardwareProfile, comments: Sequence[str] = ()) -> str:
         v = getattr(profile, k)
         lines.append(f"{k} = {int(v) if k == 'devices_per_node' else float(v):.6g}  # {what}"
                      if k != "devices_per_node" else f"{k} = {int(v)}  # {what}")
+    for k, (what, _) in PROFILE_OPTIONAL.items():
+        lines.append(f"{k} = {float(getattr(profile, k)):.6g}  # {what}")
     return "\n".join(lines) + "\n"
 
 
@@ -565,15 +632,77 @@ def _allreduce_time(prof: HardwareProfile, ranks: Sequence[int], nbytes: float) 
     return 2.0 * (g - 1) / g * nbytes / bw + 2.0 * (g - 1) * lat
 
 
-def _struct_bytes(nodes: float, edges: float) -> float:
-    # int64 CSR (indptr + indices) plus float32 degrees and int64 global ids per row.
-    return 8.0 * (nodes + 1 + edges) + 12.0 * nodes
-
-
 def _feature_bytes(stats: GraphStats, rows: float) -> float:
     if stats.sparse_nnz is not None:
         return 12.0 * stats.sparse_nnz * rows / stats.num_nodes + 8.0 * rows
     return 4.0 * rows * stats.num_features
+
+
+# Memory terms: what the executors hold, per rank (``s`` = 4-byte values throughout).
+#: Bytes per input value of a source row that an aggregating unit keeps for backward: the
+#: dropped-out input its transform saves (4) and the bool dropout mask (1; gcnii's conv
+#: saves no source rows, gat also its transformed rows, res+ LayerNorm and ReLU inputs).
+SAVED_SRC = {"gcn": 5.0, "sage": 5.0, "gat": 9.0, "gcnii": 1.0, "resgcn+": 13.0}
+#: Output-width tensors per destination row a unit keeps (activation output; gcnii also
+#: its pre-mix input; gat the pre-ELU output).
+SAVED_DST = {"gcn": 1.0, "sage": 1.0, "gat": 2.0, "gcnii": 2.0, "resgcn+": 1.0}
+
+
+def _dataset_bytes(stats: GraphStats, frac: float = 1.0) -> float:
+    """The dataset as a rank holds it: int64 CSR, features, int64 labels, 3 bool masks, and
+    the plan's int64 permutation and inverse. ``frac``: the share of its rows the rank
+    touches (mapped pages count in RSS once read; a generated graph counts whole)."""
+    N, E = stats.num_nodes, stats.num_edges
+    return frac * (8.0 * (N + 1 + E) + _feature_bytes(stats, N) + 11.0 * N) + 16.0 * N
+
+
+def _block_bytes(dst: float, src: float, edges: float) -> float:
+    """A :class:`gnnpipe.models.block.Block` with its cached normalised CSR and transpose:
+    indptr/indices and the transpose's (8 per row/entry), values of both (4 per entry),
+    int64 ids and float32 degrees of src (12) and dst rows (+ dst_in_src, self weight: 28)."""
+    return 8.0 * (dst + 1) + 8.0 * (src + 1) + 24.0 * edges + 12.0 * src + 28.0 * dst
+
+
+def _saved_bytes(stats: GraphStats, model: str, u, src: float, dst: float) -> float:
+    """Bytes a unit's autograd graph keeps from forward to backward for ``src`` source and
+    ``dst`` destination rows (a pipeline stage: summed over every chunk until the flush)."""
+    if u.reads_features:  # constant input: only the dropped-out features its transform saves
+        b = _feature_bytes(stats, src if u.aggregates else dst)
+    elif u.aggregates:
+        b = SAVED_SRC[model] * src * u.in_dim
+    else:  # row-wise linear: dropped-out input (4) and its mask (1)
+        b = 5.0 * dst * u.in_dim
+    return b + 4.0 * SAVED_DST[model if u.aggregates else "gcn"] * dst * u.out_dim
+
+
+def _sync_time(prof: HardwareProfile, world: int) -> float:
+    """Fixed cost of one blocking collective among ``world`` ranks: software overhead, plus
+    the wait for descheduled peers when a node runs more ranks than it has cores."""
+    return prof.coll_overhead_s + (prof.oversub_wait_s if prof.slowdown(world) > 1.0 else 0.0)
+
+
+def _chunk_nbrs(pi: PartInfo, C: int, notes: list[str]) -> float:
+    """The largest part's Σ_k out-of-chunk neighbour rows (from the plan, else estimated)."""
+    if C <= 1 and pi.parts == 1:
+        return 0.0
+    if C in pi.chunk_nbrs:
+        return float(pi.chunk_nbrs[C])
+    # Estimate: a chunk of n/C rows has at most every other row of the part, plus the part's
+    # halo, as neighbours, and at most one per cut edge (about (1 - 1/C) of its edges).
+    est = min(C * (pi.max_nodes + pi.max_halo) - pi.max_nodes,
+              pi.max_edges * (1.0 - 1.0 / C) + C * pi.max_halo)
+    notes.append(f"out-of-chunk neighbours for {pi.parts} part(s) x {C} chunks estimated ({est:,.0f} rows)")
+    return max(est, 0.0)
+
+
+def _chunk_halo(pi: PartInfo, C: int, notes: list[str]) -> int:
+    """Σ_w Σ_k M_{w,k} for ``C`` chunks per way (from the plan; else Σ_w M_w, a lower bound)."""
+    if C in pi.chunk_halo:
+        return int(pi.chunk_halo[C])
+    if C > 1:
+        notes.append(f"per-chunk halo for {pi.parts} ways x {C} chunks unknown: bytes use sum M_w "
+                     "(a lower bound; pass chunks= to graph_stats_from_graph)")
+    return pi.sum_m
 
 
 def _opt_time(prof: HardwareProfile, params: int) -> float:
@@ -636,35 +765,46 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     frac_rows = pi.max_nodes / N
     frac_src = (pi.max_nodes + pi.max_halo) / N
     frac_edges = pi.max_edges / max(stats.num_edges, 1)
+    slow = prof.slowdown(P)
     compute = 0.0
     for u in units:
         # Aggregation work follows the part's edges; row work its rows (+ halo rows for
         # transforms on h_src).
         compute += (u.gemm_flops * (frac_src if u.gemm_on_src else frac_rows) / prof.gemm_flops_s
                     + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                    + u.elem_bytes * frac_rows / prof.mem_bytes_s + 2 * prof.unit_overhead_s)
+                    + u.elem_bytes * (frac_src if u.gemm_on_src else frac_rows) / prof.mem_bytes_s
+                    + 2 * prof.unit_overhead_s)
     n_x = volume.exchanged_layers(spec.model, spec.layers)
+    if P > 1:
+        # Per exchanged layer: gather the send rows and concatenate [own | halo] forward;
+        # scatter-add the halo's gradient home backward.
+        compute += n_x * s * d * (2.0 * pi.max_halo + pi.max_nodes + 2.0 * pi.max_halo) / prof.gather_bytes_s
+    compute *= slow
     ranks = list(range(P))
     # The busiest rank sends its halo-sized share; receive and send sizes are symmetric in
-    # total, and the all-to-all waits for the slowest pair.
-    per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * d * s, pi.sum_m / P * d * s)
+    # total, and the all-to-all waits for the slowest pair; each blocking collective also
+    # pays its software cost and, with more ranks than cores, the wait for peers the
+    # scheduler has descheduled.
+    sync = _sync_time(prof, P)
+    per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * d * s, pi.sum_m / P * d * s) + sync if P > 1 else 0.0
     halo_s = 2 * n_x * per_exchange
     params = param_count(stats, spec)
-    ar_s = _allreduce_time(prof, ranks, params * 4.0)
+    ar_s = _allreduce_time(prof, ranks, params * 4.0) + (sync if P > 1 else 0.0)
     halo_bytes = volume.graph_parallel_bytes(pi.sum_m, stats.num_features, spec.layers, d, s, spec.model, "ours")
     ar_bytes = params * 4 * P if P > 1 else 0
-    opt = _opt_time(prof, params)
+    opt = _opt_time(prof, params) * slow
     # Memory of the largest part.
     rows, src_rows = pi.max_nodes, pi.max_nodes + pi.max_halo
-    act = 0.0
-    for u in units:
-        w = max(u.in_dim, u.out_dim) if not u.reads_features else u.out_dim
-        act += ACT_TENSORS[spec.model] * s * (src_rows if u.aggregates else rows) * w
+    act = sum(_saved_bytes(stats, spec.model, u, src_rows, rows) for u in units)
     mem = {
         "parameters+optimizer": ADAM_COPIES * 4.0 * params + 4.0 * params,  # + flat all-reduce buffer
-        "structure": _struct_bytes(rows, pi.max_edges) + 12.0 * pi.max_halo,
+        # the rank reads its own rows of the dataset (all of it when generated in memory)
+        "dataset": _dataset_bytes(stats, rows / N),
+        "structure": _block_bytes(rows, src_rows, pi.max_edges),
         "features": _feature_bytes(stats, src_rows),
         "activations": act,
+        # backward's transient gradients of [own | halo] rows and of the transform
+        "backward": 2.0 * s * src_rows * d,
         "halo buffers": 2.0 * 2.0 * pi.max_halo * d * s,
         "base": prof.base_mem_bytes,
     }
@@ -703,6 +843,14 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     stages: list[StageDetail] = []
     T, halo_T = [], []
     ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
+    notes_v: list[str] = []
+    slow = prof.slowdown(D * S)
+    sync = _sync_time(prof, D * S)
+    # Rows a stage touches per aggregating unit and epoch: every chunk's own rows plus its
+    # out-of-chunk neighbours (history rows; in the hybrid also the other ways' rows).
+    nbrs = _chunk_nbrs(pi, C, notes_v)
+    frac_src = (rows + nbrs) / N
+    chunk_halo = _chunk_halo(pi, C, notes_v) if D > 1 else 0
     for st, (a, b) in enumerate(blocks):
         comp = 0.0
         halo = 0.0
@@ -710,32 +858,51 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         hist = act = 0.0
         for j in range(a, b):
             u = units[j]
+            # Transforms on h_src (gcn, gat) run on every chunk's own + neighbour rows.
+            on_src = u.gemm_on_src and u.aggregates
             comp += _unit_time(u, prof, 0.0, 2 * C) + (
-                u.gemm_flops * frac_rows / prof.gemm_flops_s
+                u.gemm_flops * (frac_src if on_src else frac_rows) / prof.gemm_flops_s
                 + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                + u.elem_bytes * frac_rows / prof.mem_bytes_s)
+                + u.elem_bytes * (frac_src if on_src else frac_rows) / prof.mem_bytes_s)
             params += u.params
             if u.aggregates and not u.reads_features:
-                # History write and neighbour gather per chunk: memory traffic of N·d_in rows.
-                comp += 3.0 * s * rows * u.in_dim / prof.mem_bytes_s
-                hist += 3.0 * s * rows * u.in_dim  # history, cross-chunk grads, snapshot
+                # History path per chunk: write the chunk's rows, gather its neighbour rows,
+                # concatenate; backward: scatter-add their gradients (and read the chunk's).
+                comp += (2 * C * prof.chunk_overhead_s
+                         + s * u.in_dim * (2.0 * rows + 3.0 * nbrs) / prof.gather_bytes_s)
+                # history, cross-chunk gradients, snapshot: N rows each (every node's id)
+                hist += (3.0 if C > 1 else 0.0) * s * N * u.in_dim
                 if D > 1:
-                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, pi.max_halo * u.in_dim * s,
-                                           pi.sum_m / D * u.in_dim * s, messages=C)
-            w = max(u.in_dim, u.out_dim) if not u.reads_features else u.out_dim
-            act += ACT_TENSORS[spec.model] * s * rows * w
+                    # Per chunk, forward rows and backward gradients with the other ways:
+                    # 2·C blocking all-to-alls per unit, per-chunk halos (Σ_k M_{w,k}).
+                    halo += 2 * (_a2a_time(prof, ranks_of_stage(st), st, chunk_halo / D * u.in_dim * s,
+                                           chunk_halo / D * u.in_dim * s, messages=C) + C * sync)
+                    comp += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
+            # every chunk's saved tensors live until the flush: own + neighbour rows
+            act += _saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
+        w_in = units[a].in_dim + (d if spec.h0 and a > 0 else 0)
+        w_out = units[b - 1].out_dim + (d if spec.h0 and st < S - 1 else 0)
         mem = {
             "parameters+optimizer": ADAM_COPIES * 4.0 * params + (4.0 * params if D > 1 else 0.0),
-            "structure": 2.0 * _struct_bytes(rows, pi.max_edges) + 12.0 * pi.max_halo,
-            "features": _feature_bytes(stats, rows + pi.max_halo) if a == 0 else 0.0,
+            # relabelling reads the whole dataset
+            "dataset": _dataset_bytes(stats, 1.0),
+            # the way's chunk blocks, and its whole part as one block for exact evaluation
+            "structure": (_block_bytes(rows, rows + nbrs, pi.max_edges) + 8.0 * nbrs
+                          + 8.0 * (rows + 1 + pi.max_edges) + 40.0 * (rows + pi.max_halo)),
+            # the relabelled features (dense: one [N, F] copy; chunks gather from it)
+            "features": (4.0 * N * stats.num_features if stats.sparse_nnz is None
+                         else _feature_bytes(stats, 2.0 * rows + nbrs)) if a == 0 else 0.0,
             "activations": act,
             "history": hist,
-            # Receives are posted for every chunk at the start of the epoch, both directions;
-            # plus the outgoing messages until the flush.
-            "pipe buffers": (0 if st == 0 else 2.0) * s * rows * width + (0 if st == S - 1 else 2.0) * s * rows * width,
-            "halo buffers": 2.0 * 2.0 * pi.max_halo * d * s if D > 1 else 0.0,
+            # At the turn from forward to backward: every chunk's received input (held by
+            # its saved graph), every sent output (until the flush) and the gradients
+            # arriving from the next stage (receives posted at the epoch's start only touch
+            # memory as data lands).
+            "pipe buffers": s * rows * ((w_in if st > 0 else 0) + (2.0 * w_out if st < S - 1 else 0)),
+            "backward": 2.0 * s * (rows + nbrs) / C * d,
             "base": prof.base_mem_bytes,
         }
+        comp *= slow
         stages.append(StageDetail(st, (a, b), comp, halo, params, sum(mem.values()), mem))
         T.append(comp)
         halo_T.append(halo)
@@ -748,7 +915,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         if prof.link(b, b + 1)[0] == prof.inter_bw_bytes_s and b // prof.devices_per_node != (b + 1) // prof.devices_per_node:
             sharing = sum(1 for w in range(D) if (w * S + b) // prof.devices_per_node != (w * S + b + 1) // prof.devices_per_node)
             bw = bw / max(sharing, 1)
-        t_b.append(lat + (rows / C) * width * s / bw)
+        t_b.append(lat + prof.coll_overhead_s + (rows / C) * width * s / bw)
     busy = [t + h for t, h in zip(T, halo_T)]
     f = [x / 3.0 / C for x in busy]
     bk = [2.0 * x / 3.0 / C for x in busy]
@@ -758,8 +925,9 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     pipe_epoch = fill + steady
     ranks_all = list(range(D * S))
     params_total = sum(x.params for x in stages)
-    ar_s = max((_allreduce_time(prof, ranks_of_stage(st), x.params * 4.0) for st, x in enumerate(stages)), default=0.0) if D > 1 else 0.0
-    opt = max(_opt_time(prof, x.params) for x in stages)
+    ar_s = max((_allreduce_time(prof, ranks_of_stage(st), x.params * 4.0) + sync
+                for st, x in enumerate(stages)), default=0.0) if D > 1 else 0.0
+    opt = max(_opt_time(prof, x.params) for x in stages) * slow
     i_max = max(range(S), key=lambda i: busy[i])
     compute = T[i_max]
     exposed_pipe = 2.0 * sum(t_b) + (C - 1) * (max(0.0, tmax - max(f)) + max(0.0, tmax - max(bk)))
@@ -768,14 +936,12 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     epoch = compute + comm + bubble + opt
     _ = ranks_all
     pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0)
-    halo_bytes = volume.hybrid_bytes(N, pi.sum_m, stats.num_features, spec.layers, d, S, D, s, spec.model,
-                                     h0=spec.h0) - pipe_bytes
+    halo_bytes = volume.hybrid_bytes(N, chunk_halo, stats.num_features, spec.layers, d, S, D, s,
+                                     spec.model, h0=spec.h0) - pipe_bytes
     ar_bytes = params_total * 4 * D if D > 1 else 0
     worst = max(stages, key=lambda x: x.mem_bytes)
     fits, reason = _fit(prof, worst.mem_bytes, f"stage {worst.stage} of {S}", worst.mem)
-    notes = _notes(stats, topo)
-    if topo.mode == "hybrid":
-        notes.append("hybrid with ways > 1 is not implemented by gnnpipe-train yet")
+    notes = _notes(stats, topo) + notes_v
     return Prediction(
         topology=topo,
         bytes={"halo": halo_bytes, "pipe": pipe_bytes, "allreduce": ar_bytes,
@@ -830,11 +996,27 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
     """
     topos = feasible_topologies(world, spec, stats.num_nodes, chunk_factors)
     need = sorted({t.ways for t in topos if t.ways > 1 and t.ways not in stats.parts})
-    if need:
-        if not estimate:
+    # Per-chunk facts (out-of-chunk neighbours, per-chunk halos) the stats lack.
+    need_chunks: dict[int, list[int]] = {}
+    for t in topos:
+        if t.mode != "graph" and (t.ways not in stats.parts or t.chunks not in stats.parts[t.ways].chunk_nbrs):
+            need_chunks.setdefault(t.ways, []).append(t.chunks)
+    if need or need_chunks:
+        if not estimate and need:
             raise GnnpipeError(f"graph stats for {stats.name!r}: no partition facts for {need} parts")
-        stats = stats.with_parts(estimate_part_info(stats.num_nodes, stats.num_edges, need,
-                                                    sample_nodes=estimate_nodes, seed=seed))
+        if estimate:
+            est = estimate_part_info(stats.num_nodes, stats.num_edges, need, sample_nodes=estimate_nodes,
+                                     seed=seed, chunks=need_chunks)
+            merged = []
+            for e in est:
+                have = stats.parts.get(e.parts) if e.parts > 1 or 1 in stats.parts else None
+                if have is None:
+                    merged.append(e)
+                else:  # keep the real partition's facts, add the estimated chunk facts
+                    merged.append(replace(have, chunk_halo={**e.chunk_halo, **have.chunk_halo},
+                                          chunk_nbrs={**e.chunk_nbrs, **have.chunk_nbrs},
+                                          source=have.source + " (chunk facts estimated)"))
+            stats = stats.with_parts(merged)
     preds = [predict(stats, spec, t, profile) for t in topos]
     preds.sort(key=lambda p: (not p.fits, p.epoch_s))
     return preds
@@ -852,38 +1034,79 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec) -> str:
 
 
 # ----------------------------------------------------------------------------- Σ M_p
-def part_info_from_plan(graph, parts: int, seed: int = 0, method: str = "metis") -> PartInfo:
+def chunk_facts(graph, parts: int, chunks: int, seed: int = 0, method: str = "metis") -> tuple[int, int]:
+    """(Σ_w Σ_k M_{w,k}, the largest part's Σ_k |out-of-chunk neighbours of k|) of the plan
+    ``gnnpipe-train`` builds for ``parts`` ways and ``chunks`` chunks per way (same method
+    and seed): the hybrid's per-chunk halo and the rows a stage gathers from history."""
+    import numpy as np
+
+    from gnnpipe.partition.plan import build_plan
+
+    plan = build_plan(graph, parts, chunks, method=method, seed=seed, stats=False)
+    ip, ix = np.asarray(graph.indptr, dtype=np.int64), np.asarray(graph.indices, dtype=np.int64)
+    n = ip.size - 1
+    part, chunk = np.asarray(plan.part, dtype=np.int64), np.asarray(plan.chunk, dtype=np.int64)
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ip))
+    out = chunk[ix] != chunk[src]
+    keys = np.unique(chunk[src[out]] * n + ix[out])
+    per_part = np.bincount(keys // n // int(plan.num_chunks), minlength=parts)  # global chunk k = p·C + j
+    return volume.chunk_halo_sum(ip, ix, part, chunk), int(per_part.max())
+
+
+def part_info_from_plan(graph, parts: int, seed: int = 0, method: str = "metis",
+                        chunks: Sequence[int] = ()) -> PartInfo:
     """Partition facts of a real partition of ``graph`` (METIS by default).
 
     Uses :func:`gnnpipe.partition.build_plan` and the stats helper
-    :func:`gnnpipe.partition.stats.group_cut_and_halo`, so Σ M_p is the plan's own.
+    :func:`gnnpipe.partition.stats.group_cut_and_halo`, so Σ M_p is the plan's own; for
+    every ``C`` in ``chunks`` also the per-chunk facts (:func:`chunk_facts`) of the
+    ``parts`` × ``C`` plan.
     """
     import numpy as np
 
     from gnnpipe.partition.plan import build_plan
     from gnnpipe.partition.stats import group_cut_and_halo
 
+    cf = {c: chunk_facts(graph, parts, c, seed, method) for c in sorted(set(chunks))}
+    ch = {c: v[0] for c, v in cf.items()}
+    cn = {c: v[1] for c, v in cf.items()}
     if parts == 1:
-        return PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, "whole graph")
+        return PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, "whole graph", ch, cn)
     plan = build_plan(graph, parts, 1, method=method, seed=seed, stats=False)
     _, halo = group_cut_and_halo(graph, plan, "part")
     deg = np.diff(np.asarray(graph.indptr))
     edges = np.bincount(plan.part, weights=deg, minlength=parts)
     sizes = np.diff(plan.part_ptr)
-    return PartInfo(parts, int(halo.sum()), int(sizes.max()), int(edges.max()), int(halo.max()), method)
+    return PartInfo(parts, int(halo.sum()), int(sizes.max()), int(edges.max()), int(halo.max()), method, ch, cn)
 
 
-def graph_stats_from_graph(graph, parts: Sequence[int] = (), seed: int = 0) -> GraphStats:
+def graph_stats_from_graph(graph, parts: Sequence[int] = (), seed: int = 0,
+                           chunks: Mapping[int, Sequence[int]] | None = None) -> GraphStats:
     """:class:`GraphStats` of a loaded :class:`gnnpipe.data.graph.Graph`, with METIS facts
-    for every number of parts in ``parts``."""
+    for every number of parts in ``parts`` and, for every ``parts → [C, ...]`` in ``chunks``
+    (1 part = the pure pipeline), the per-chunk facts of those plans (:func:`chunk_facts`).
+    :func:`chunk_counts` gives ``chunks`` for a list of topologies."""
     nnz = int(graph.features.nnz) if graph.sparse_features else None
     stats = GraphStats(int(graph.num_nodes), int(graph.num_edges), int(graph.num_features),
                        int(graph.num_classes), nnz, graph.name or "graph")
-    return stats.with_parts([part_info_from_plan(graph, p, seed) for p in sorted(set(parts)) if p > 1])
+    chunks = dict(chunks or {})
+    want = sorted({p for p in parts if p > 1} | {p for p in chunks if chunks[p]})
+    return stats.with_parts([part_info_from_plan(graph, p, seed, chunks=chunks.get(p, ())) for p in want])
+
+
+def chunk_counts(topologies: Sequence[Topology]) -> dict[int, list[int]]:
+    """``{ways: [chunks, ...]}`` of the pipeline and hybrid topologies (for
+    :func:`graph_stats_from_graph`'s ``chunks``)."""
+    out: dict[int, set[int]] = {}
+    for t in topologies:
+        if t.mode != "graph":
+            out.setdefault(t.ways, set()).add(t.chunks)
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sample_nodes: int = 20000,
-                       generator: str = "rmat", seed: int = 0) -> list[PartInfo]:
+                       generator: str = "rmat", seed: int = 0,
+                       chunks: Mapping[int, Sequence[int]] | None = None) -> list[PartInfo]:
     """Estimate partition facts of a graph we do not have from a scaled-down synthetic one.
 
     Generates a graph of ``n' = min(N, sample_nodes)`` nodes with the same average degree
@@ -900,6 +1123,10 @@ def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sam
         sample_nodes: n'.
         generator: ``"rmat"`` (power-law degrees, the default) or ``"sbm"``.
         seed: generator and METIS seed.
+        chunks: ``{parts: [C, ...]}``: also estimate the per-chunk facts of those plans
+            (``1`` for the pure pipeline), scaled by ``N/n'`` like Σ M_p. A chunk of the
+            sample has ``C`` times fewer nodes than the real one at the same C, so this
+            assumes the out-of-chunk neighbours grow with the nodes, as the halo does.
 
     Returns:
         one :class:`PartInfo` per entry of ``parts`` (``source`` says how it was made).
@@ -921,14 +1148,18 @@ def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sam
     else:
         raise GnnpipeError(f"generator: expected 'rmat' or 'sbm', got {generator!r}")
     out = []
-    for p in parts:
-        if not 2 <= p <= n:
+    chunks = dict(chunks or {})
+    for p in sorted(set(parts) | set(chunks)):
+        if not (1 if p in chunks else 2) <= p <= n:
             raise GnnpipeError(f"parts: expected 2..{n} for the estimate, got {p}")
-        pi = part_info_from_plan(g, p, seed)
+        cs = [c for c in chunks.get(p, ()) if c * p <= n]
+        pi = part_info_from_plan(g, p, seed, chunks=cs)
         out.append(PartInfo(
             p, int(round(pi.sum_m * scale)), int(math.ceil(pi.max_nodes * scale)),
             int(round(pi.max_edges * num_edges / max(g.num_edges, 1))), int(round(pi.max_halo * scale)),
             f"estimated from a {generator} graph of {n:,} nodes / {g.num_edges:,} edges (x{scale:.2f})",
+            {c: int(round(v * scale)) for c, v in pi.chunk_halo.items()},
+            {c: int(round(v * scale)) for c, v in pi.chunk_nbrs.items()},
         ))
     return out
 

@@ -213,7 +213,7 @@ def _g_over_p(stats, spec, prof):
 def test_paper_direction_squirrel(squirrel, a5000):
     # The paper's Squirrel runs are 32 layers, d = 1000 (GNNPIPE.md §4; their 0.27 GB
     # pipeline volume is 2·4·7·5201·1000). Pipeline wins (paper: G/P 2.33 for GCN).
-    st = graph_stats_from_graph(squirrel, [8])
+    st = graph_stats_from_graph(squirrel, [8], chunks={1: [32]})
     for model in ("gcn", "gcnii"):
         assert _g_over_p(st, ModelSpec(model, 32, 1000), a5000) > 1.2
 
@@ -225,10 +225,10 @@ def test_paper_direction_physics(a5000):
     if (DATA / "coauthor_physics" / "meta.json").is_file():
         from gnnpipe.data.graph import Graph
 
-        real = graph_stats_from_graph(Graph.load(DATA / "coauthor_physics"), [8])
-        st = st.with_parts([real.part(8)])
+        real = graph_stats_from_graph(Graph.load(DATA / "coauthor_physics"), [8], chunks={1: [32]})
+        st = st.with_parts([real.part(8), real.part(1)])
     else:
-        st = st.with_parts(estimate_part_info(34493, 495924, [8]))
+        st = st.with_parts(estimate_part_info(34493, 495924, [8], chunks={1: [32]}))
     for model in ("gcn", "gcnii"):
         assert _g_over_p(st, ModelSpec(model, 32, 100), a5000) < 1.0
 
@@ -237,7 +237,7 @@ def test_paper_direction_reddit_shaped(a5000):
     # Reddit is not here: published N, E, F and Σ M_p from a scaled-down R-MAT graph with
     # Reddit's average degree (492). Pipeline wins (paper: G/P 2.45).
     st = GraphStats(232965, 114615892, 602, 41, name="reddit")
-    st = st.with_parts(estimate_part_info(st.num_nodes, st.num_edges, [8], sample_nodes=5000))
+    st = st.with_parts(estimate_part_info(st.num_nodes, st.num_edges, [8], sample_nodes=5000, chunks={1: [32]}))
     assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000) > 1.5
     p = predict(st, ModelSpec("gcn", 32, 100), Topology("pipeline", 1, 8, 32), a5000)
     assert p.bytes["pipe"] == 2 * 4 * 7 * 232965 * 100  # the paper's logged 1.215 GB

@@ -379,15 +379,11 @@ def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "
 
     The hybrid executor exchanges boundary rows per chunk (:class:`gnnpipe.parallel.
     pipeline.WayLink`), so a remote vertex needed by two chunks of a way travels twice:
-    its halo bytes per epoch are ``2·s·d·n_x·`` this sum, not ``2·s·d·n_x·Σ_w M_w``.
+    its halo bytes per epoch are ``2·s·d·n_x·`` this sum (:func:`gnnpipe.partition.volume.
+    hybrid_bytes`). The count is :func:`gnnpipe.partition.volume.chunk_halo_sum` on the plan.
     """
-    import numpy as np
-
     from gnnpipe.partition.plan import build_plan
+    from gnnpipe.partition.volume import chunk_halo_sum as _count
 
     plan = call_quietly(lambda: build_plan(graph, ways, chunks, method=method, seed=seed, stats=False))
-    ip, ix = np.asarray(graph.indptr), np.asarray(graph.indices)
-    src = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(ip))
-    remote = plan.part[ix] != plan.part[src]
-    keys = plan.chunk[src[remote]].astype(np.int64) * graph.num_nodes + ix[remote]
-    return int(np.unique(keys).size)
+    return _count(graph.indptr, graph.indices, plan.part, plan.chunk)

@@ -145,7 +145,7 @@ def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False) -> int:
 
 def hybrid_bytes(
     N: int,
-    sum_m_ways: int,
+    sum_m_chunks: int,
     F: int,
     L: int,
     d: int,
@@ -160,13 +160,19 @@ def hybrid_bytes(
 
     Each way pipelines its own vertices, so the stage-boundary traffic sums to
     :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways the boundary
-    vertices are exchanged at every aggregation layer as in graph parallelism, with
-    Σ M over the ways' partition (``sum_m_ways``), whichever stage runs the layer. The
+    vertices are exchanged at every exchanged aggregation layer (:func:`exchanged_layers`),
+    whichever stage runs the layer, **per chunk**: our executor
+    (``gnnpipe.parallel.pipeline.WayLink``) sends, for each local chunk ``k`` of way ``w``,
+    the rows of other ways that chunk ``k`` needs, so a remote vertex needed by several
+    chunks of a way travels once per chunk. The halo term is therefore
+    ``2·s·d·n_x·Σ_w Σ_k M_{w,k}`` (``sum_m_chunks``, :func:`chunk_halo_sum`), not
+    ``Σ_w M_w`` (that is the per-way count, equal only with one chunk per way). The
     weight all-reduce across ways is not included. ``D = 1`` is the pure pipeline.
 
     Args:
         N: vertices.
-        sum_m_ways: Σ over ways of distinct remote neighbours of each way's vertices.
+        sum_m_chunks: Σ over ways w and their chunks k of M_{w,k}, the distinct
+            neighbours in other ways of chunk k's vertices (:func:`chunk_halo_sum`).
         F, L, d, s, model, formula: as in :func:`graph_parallel_bytes`.
         S: stages per way.
         D: ways.
@@ -174,5 +180,36 @@ def hybrid_bytes(
     """
     if D < 1:
         raise GnnpipeError(f"ways: expected at least 1, got {D}")
-    halo = graph_parallel_bytes(sum_m_ways, F, L, d, s=s, model=model, formula=formula) if D > 1 else 0
+    halo = graph_parallel_bytes(sum_m_chunks, F, L, d, s=s, model=model, formula=formula) if D > 1 else 0
     return pipeline_bytes(N, d, S, s=s, h0=h0) + halo
+
+
+def chunk_halo_sum(indptr, indices, part, chunk) -> int:
+    """Σ over ways w and their chunks k of M_{w,k} (what :func:`hybrid_bytes` takes).
+
+    ``M_{w,k}`` is the number of distinct vertices of OTHER ways that are neighbours of
+    chunk k of way w: exactly the rows the hybrid executor receives for that chunk at each
+    exchanged layer (and returns gradients for).
+
+    Args:
+        indptr, indices: CSR of the graph (any node order; ``part``/``chunk`` index it).
+        part: int [N] way (part) of each node.
+        chunk: int [N] chunk of each node (any numbering unique within a part, e.g. the
+            global chunk id of a plan).
+
+    Returns:
+        int.
+    """
+    import numpy as np
+
+    ip, ix = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
+    part, chunk = np.asarray(part, dtype=np.int64), np.asarray(chunk, dtype=np.int64)
+    n = ip.size - 1
+    if part.shape != (n,) or chunk.shape != (n,):
+        raise GnnpipeError(f"chunk_halo_sum: part and chunk must have one entry per node ({n}), "
+                           f"got {part.shape} and {chunk.shape}")
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ip))
+    remote = part[ix] != part[src]
+    # Key (chunk, neighbour): chunk ids are made unique across parts.
+    ck = part[src[remote]] * (int(chunk.max(initial=0)) + 1) + chunk[src[remote]]
+    return int(np.unique(ck * n + ix[remote]).size)
