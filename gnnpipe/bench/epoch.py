@@ -41,10 +41,41 @@ def world_topologies(world: int):
     return ts
 
 
+def case_stats(case: tuple, worlds: Sequence[int] = (2, 4)):
+    """(graph, :class:`gnnpipe.plan.GraphStats`) of a case: METIS facts for every world size
+    and the per-chunk facts of every measured pipeline / hybrid topology (seed 0, as the
+    runs of seed 0 partition)."""
+    from gnnpipe.plan import chunk_counts, graph_stats_from_graph
+
+    ds, synth = case[0], case[1]
+    graph = C.load_graph(ds, **synth)
+    topos = [t for w in worlds for t in world_topologies(w)]
+    stats = C.call_quietly(lambda: graph_stats_from_graph(graph, parts=sorted(set(worlds) | {2}), seed=0,
+                                                          chunks=chunk_counts(topos)))
+    return graph, stats
+
+
+def predict_case(stats, case: tuple, world: int, prof) -> tuple[dict, str]:
+    """The cost model's predictions of a case's measured topologies at ``world`` ranks and
+    the planner's first choice among them (:func:`gnnpipe.plan.rank_configs`, chunks = 4·S).
+
+    Returns:
+        (``{label: Prediction}``, first choice's label).
+    """
+    from gnnpipe.plan import ModelSpec, predict, rank_configs
+
+    _, _, model, L, d = case
+    spec = ModelSpec(model, L, d)
+    ranked = rank_configs(stats, spec, world, prof, chunk_factors=(4,), estimate=False)
+    measured_labels = {C.label(t) for t in world_topologies(world)}
+    ranked = [p for p in ranked if C.label(p.topology) in measured_labels]
+    return {C.label(t): predict(stats, spec, t, prof) for t in world_topologies(world)}, C.label(ranked[0].topology)
+
+
 def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: int = 3, epochs: int = 5,
         only: Sequence[str] | None = None, progress: bool = True) -> tuple[list[dict], str]:
     """Measure, predict, rank; write ``out/epoch/``. Returns (rows, markdown)."""
-    from gnnpipe.plan import ModelSpec, graph_stats_from_graph, load_profile, predict, rank_configs
+    from gnnpipe.plan import load_profile
 
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     if quick:
@@ -52,17 +83,13 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     prof = load_profile("cpu-this-machine")
     out_dir = Path(out) / "epoch"
     jobs, rows, firsts = [], [], {}
-    for cname, (ds, synth, model, L, d) in cases.items():
-        graph = C.load_graph(ds, **synth)
-        stats = C.call_quietly(lambda: graph_stats_from_graph(graph, parts=sorted({w for w in worlds} | {2}), seed=0))
-        spec = ModelSpec(model, L, d)
+    for cname, case in cases.items():
+        ds, synth, model, L, d = case
+        graph, stats = case_stats(case, worlds)
         for w in worlds:
-            ranked = rank_configs(stats, spec, w, prof, chunk_factors=(4,), estimate=False)
-            measured_labels = {C.label(t) for t in world_topologies(w)}
-            ranked = [p for p in ranked if C.label(p.topology) in measured_labels]
-            firsts[(cname, w)] = C.label(ranked[0].topology)
+            preds, firsts[(cname, w)] = predict_case(stats, case, w, prof)
             for t in world_topologies(w):
-                p = predict(stats, spec, t, prof)
+                p = preds[C.label(t)]
                 row = {"case": cname, "dataset": ds, "model": model, "layers": L, "hidden": d, "world": w,
                        "mode": t.mode, "config": C.label(t), "pred_s": p.epoch_s, "pred_compute_s": p.compute_s,
                        "pred_comm_s": p.comm_s, "pred_bubble_s": p.bubble_s, "pred_mem_gib": p.peak_mem_bytes / 2**30}
@@ -107,6 +134,47 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
                                         "runs": runs, "epochs": epochs, "profile": prof.name})
     plot(ok, out_dir / "epoch_breakdown.png")
     return rows, md
+
+
+def repredict(results_json: Path, profile: str = "cpu-this-machine") -> tuple[list[dict], list[dict], str]:
+    """Predict the configurations of a stored ``epoch`` result again with the current model
+    and ``profile`` (nothing is run): the same :func:`predict_case` the benchmark uses.
+
+    Returns:
+        (rows with the new ``pred_*`` and ``rel_err``, planner hits, markdown summary).
+    """
+    import json
+
+    from gnnpipe.bench.common import BenchError
+    from gnnpipe.plan import load_profile
+
+    path = Path(results_json)
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BenchError(f"{path}: not a readable epoch results.json ({e})") from None
+    prof = load_profile(profile)
+    rows = [dict(r) for r in doc.get("rows", []) if "measured_s" in r]
+    if not rows:
+        raise BenchError(f"{path}: no measured rows")
+    firsts = {}
+    for cname in dict.fromkeys(r["case"] for r in rows):
+        if cname not in CASES and cname not in QUICK_CASES:
+            raise BenchError(f"{path}: case {cname!r} is not one of {', '.join([*CASES, *QUICK_CASES])}")
+        case = CASES.get(cname) or QUICK_CASES[cname]
+        worlds = sorted({r["world"] for r in rows if r["case"] == cname})
+        _, stats = case_stats(case, worlds)
+        for w in worlds:
+            preds, firsts[(cname, w)] = predict_case(stats, case, w, prof)
+            for r in rows:
+                if r["case"] == cname and r["world"] == w:
+                    p = preds[r["config"]]
+                    r.update({"pred_s": p.epoch_s, "pred_compute_s": p.compute_s, "pred_comm_s": p.comm_s,
+                              "pred_bubble_s": p.bubble_s, "rel_err": C.rel_error(p.epoch_s, r["measured_s"])})
+    hits = C.planner_hits(rows, ("case", "world"), measured="measured_s", predicted="pred_s", first_choice=firsts)
+    return rows, hits, summarize(rows, hits)
 
 
 def summarize(rows: list[dict], hits: list[dict]) -> str:

@@ -7,6 +7,7 @@ Usage::
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
     gnnpipe-plan calibrate [--out FILE] [--quick]      (measure this machine, write a profile)
+    gnnpipe-plan validate RESULTS [--profile P]        (re-predict a stored `gnnpipe-bench epoch`)
 
 ``DATASET`` is a prepared graph directory or name (Σ M_p then comes from METIS plans of the
 real graph), or one of the names in :data:`PUBLISHED` (Σ M_p estimated from a synthetic
@@ -73,8 +74,8 @@ def _ints(flag: str, text: str, lo: int, hi: int) -> list[int]:
     return vals
 
 
-def _stats(args):
-    from gnnpipe.plan import GraphStats, graph_stats_from_graph
+def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
+    from gnnpipe.plan import GraphStats, chunk_counts, feasible_topologies, graph_stats_from_graph
 
     if args.stats:
         v = _ints("--stats", args.stats, 3, 5)
@@ -98,8 +99,12 @@ def _stats(args):
     graph = Graph.load(gdir)
     ways = {args.world} | {d for d in range(2, args.world // 2 + 1) if args.world % d == 0}
     ways = {w for w in ways if 1 < w <= graph.num_nodes}
-    print(f"{PROG}: partitioning {graph.name} with METIS into {sorted(ways)} parts", file=sys.stderr)
-    return graph_stats_from_graph(graph, sorted(ways), seed=args.seed), args.dataset
+    # Per-chunk facts (out-of-chunk neighbours, per-chunk halos) of every pipeline and
+    # hybrid plan the planner will rank: the time model and the hybrid bytes need them.
+    chunks = chunk_counts(feasible_topologies(args.world, spec, graph.num_nodes, factors)) if spec else {}
+    print(f"{PROG}: partitioning {graph.name} with METIS into {sorted(ways)} parts"
+          + (f" and chunks {chunks}" if chunks else ""), file=sys.stderr)
+    return graph_stats_from_graph(graph, sorted(ways), seed=args.seed, chunks=chunks), args.dataset
 
 
 def _gb(b: float) -> str:
@@ -143,6 +148,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(argv or [])
     if argv and argv[0] == "calibrate":
         return calibrate_main(argv[1:])
+    if argv and argv[0] == "validate":
+        return validate_main(argv[1:])
     args = _parser().parse_args(argv)
     from gnnpipe.plan import ModelSpec, load_profile, rank_configs, train_command
 
@@ -155,7 +162,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
     spec = ModelSpec(args.model, args.layers, args.hidden, args.heads)
     profile = load_profile(args.profile)
-    stats, dataset = _stats(args)
+    stats, dataset = _stats(args, spec, factors)
     t0 = time.perf_counter()
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
                          estimate_nodes=args.estimate_nodes, seed=args.seed)
@@ -210,16 +217,22 @@ def _p2p_rank(comm, sizes: Sequence[int], reps: int = 20) -> dict:
     return out
 
 
-def _timeit(fn, reps: int, best: bool = False) -> float:
-    """Median (or, with ``best``, the fastest) of ``reps`` timed calls after one warm-up."""
+def _timeit(fn, reps: int, best: bool = False, cpu: bool = True) -> float:
+    """Median (or, with ``best``, the fastest) of ``reps`` timed calls after one warm-up.
+
+    With ``cpu`` (the default) the clock is this thread's CPU time, not the wall clock:
+    the single-threaded kernels measured here then do not count the time other processes
+    on a shared machine hold the core (what is left is cache and memory-bandwidth sharing).
+    """
     import statistics
 
+    clock = time.thread_time if cpu else time.perf_counter
     fn()
     ts = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(clock() - t0)
     return min(ts) if best else statistics.median(ts)
 
 
@@ -426,21 +439,27 @@ def _contention_worker(barrier, reps: int, q) -> None:
     barrier.wait()
     ts = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         step()
-        ts.append(time.perf_counter() - t0)
+        ts.append(time.thread_time() - t0)
     q.put(statistics.median(ts))
 
 
 def measure_contention(cores: int, quick: bool = False) -> dict:
     """Slow-down of real unit work (a GCNII model's forward + backward, one thread per
     process) when ``cores`` processes run it at once (every core busy: shared memory
-    bandwidth and caches) and when ``2·cores`` do (two per core: time sharing, context
-    switches, cache refills), against one process alone.
+    bandwidth and caches) and when ``2·cores`` do (two per core: context switches, cache
+    refills), against one process alone.
+
+    Each process's CPU time per step is measured (median), not the wall clock: the fair
+    share ``ranks / cores`` of time-sharing is the model's structure
+    (:meth:`gnnpipe.plan.HardwareProfile.slowdown`), what is measured here is how much more
+    CPU the same work takes, which other processes on a shared machine disturb less than
+    wall-clock ratios.
 
     Returns:
-        ``{"alone_s", "shared_slowdown": t(cores)/t(1), "oversub_slowdown":
-        t(2·cores)/(2·t(cores))}`` (each ≥ 1 by construction).
+        ``{"alone_s", "shared_slowdown": cpu(cores)/cpu(1), "oversub_slowdown":
+        cpu(2·cores)/cpu(cores)}`` (each at least 1).
     """
     import multiprocessing as mp
 
@@ -460,7 +479,7 @@ def measure_contention(cores: int, quick: bool = False) -> dict:
     t1 = run(1)
     tc = run(cores)
     t2 = run(2 * cores)
-    return {"alone_s": t1, "shared_slowdown": max(1.0, tc / t1), "oversub_slowdown": max(1.0, t2 / (2.0 * tc)),
+    return {"alone_s": t1, "shared_slowdown": max(1.0, tc / t1), "oversub_slowdown": max(1.0, t2 / tc),
             "cores_s": tc, "oversub_s": t2}
 
 
@@ -549,18 +568,30 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = args.out or profiles_dir() / "cpu-this-machine.toml"
     cores = os.cpu_count() or 1
-    print(f"{PROG}: measuring GEMM, SpMM, memory bandwidth, unit overhead"
-          + ("" if args.no_p2p else " and Gloo point-to-point") + " with 1 thread per process", file=sys.stderr)
+    load0 = os.getloadavg()[0]
+    print(f"{PROG}: measuring GEMM, SpMM, copy bandwidth"
+          + ("" if args.no_p2p else ", Gloo point-to-point and collectives") + " with 1 thread per process", file=sys.stderr)
     m = measure(quick=args.quick, p2p=not args.no_p2p)
+    print(f"{PROG}: fitting elementwise rate and per-pass overhead to real units", file=sys.stderr)
+    mu = measure_units(m["gemm_flops_s"], m["spmm_edge_width_s"], quick=args.quick)
+    print(f"{PROG}: the pipeline's history path; {cores} and {2 * cores} processes sharing the cores", file=sys.stderr)
+    mc = measure_chunk_path(quick=args.quick)
+    mk = measure_contention(cores, quick=args.quick)
+    mcoll = measure_collectives(cores, quick=args.quick) if not args.no_p2p else {}
     total = psutil.virtual_memory().total
     prof = HardwareProfile(
         name="cpu-this-machine",
-        gemm_flops_s=m["gemm_flops_s"], spmm_edge_width_s=m["spmm_edge_width_s"], mem_bytes_s=m["mem_bytes_s"],
-        unit_overhead_s=m["unit_overhead_s"],
+        gemm_flops_s=m["gemm_flops_s"], spmm_edge_width_s=m["spmm_edge_width_s"], mem_bytes_s=mu["mem_bytes_s"],
+        unit_overhead_s=mu["unit_overhead_s"],
         intra_bw_bytes_s=m.get("bw_bytes_s", 1e9), intra_latency_s=m.get("latency_s", 5e-5),
         inter_bw_bytes_s=m.get("bw_bytes_s", 1e9), inter_latency_s=m.get("latency_s", 5e-5),
-        devices_per_node=cores, mem_bytes=total / cores, base_mem_bytes=3.0e8,
-        description=f"this machine: {cores} cores, one rank per core with 1 thread, Gloo over loopback",
+        # Every rank of a run here is on this one host: the planner's worlds (up to 64
+        # ranks) all share its cores.
+        devices_per_node=64, mem_bytes=total / cores, base_mem_bytes=3.0e8,
+        cores_per_host=float(cores), gather_bytes_s=mc["gather_bytes_s"], chunk_overhead_s=mc["chunk_overhead_s"],
+        coll_overhead_s=mcoll.get("coll_overhead_s", 0.0), oversub_wait_s=mcoll.get("oversub_wait_s", 0.0),
+        shared_slowdown=mk["shared_slowdown"], oversub_slowdown=mk["oversub_slowdown"],
+        description=f"this machine: {cores} cores shared by every rank (1 thread each), Gloo over loopback",
         source=f"gnnpipe-plan calibrate{' --quick' if args.quick else ''}, {datetime.date.today().isoformat()}",
     )
     spmm = ", ".join(f"d={w}: {v / 1e9:.2f} G" for w, v in m["spmm_by_width"].items())
@@ -568,14 +599,24 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         "Measured on this machine by `gnnpipe-plan calibrate` (scripts/calibrate.py), 1 thread per process.",
         f"GEMM: [N x 256] @ [256 x 256], {m['gemm_flops_s'] / 1e9:.1f} GFLOP/s.",
         f"SpMM: torch.sparse.mm, random CSR, 10,000 rows, degree 40, edge*width/s by width: {spmm}; the d=64 figure is used.",
-        f"Memory bandwidth: tensor copy, read + write bytes / s = {m['mem_bytes_s'] / 1e9:.2f} GB/s.",
-        f"Unit overhead: a GCN-like unit on 64 rows, forward + backward, half of {2 * m['unit_overhead_s'] * 1e6:.0f} us.",
+        f"Copy bandwidth (not used by the model): tensor copy, read + write bytes / s = {m['mem_bytes_s'] / 1e9:.2f} GB/s.",
+        "mem_bytes_s and unit_overhead_s: fitted (NNLS, relative errors) to real gnnpipe units, 4-layer models on "
+        "random graphs (cli.plan.UNIT_FIT_CASES), after the GEMM/SpMM time at the rates above; fastest of the repeats:",
+        *[f"  {name}: measured {t * 1e3:.1f} ms, modelled {f * 1e3:.1f} ms" for name, t, f in mu["fit"]],
+        f"History path (write, gather, cat, scatter-add): {mc['chunk_overhead_s'] * 1e6:.0f} us + bytes / "
+        f"{mc['gather_bytes_s'] / 1e9:.2f} GB/s per chunk and unit.",
+        f"Contention (GCNII units, 1 thread each, CPU time per step): alone {mk['alone_s'] * 1e3:.1f} ms, "
+        f"{cores} processes {mk['cores_s'] * 1e3:.1f} ms, {2 * cores} processes {mk['oversub_s'] * 1e3:.1f} ms.",
     ]
+    if mcoll:
+        comments.append(f"Collectives: all-to-all among {cores} ranks {mcoll['coll_overhead_s'] * 1e6:.0f} us; "
+                        f"{2 * cores} ranks with 4 ms of compute between: {mcoll['oversub_iter_s'] * 1e3:.2f} ms per "
+                        f"iteration against 2 x {mcoll['work_alone_s'] * 1e3:.2f} ms compute alone.")
     if "p2p" in m:
         comments.append("Gloo ping-pong between 2 local processes, one-way median s by bytes: "
                         + ", ".join(f"{k}: {v:.3g}" for k, v in m["p2p"].items()))
-    comments.append(f"Load average while measuring: {os.getloadavg()[0]:.1f} on {cores} cores "
-                    "(other processes slow every figure down).")
+    comments.append(f"Load average while measuring: {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+                    f"on {cores} cores (other processes slow every figure down; calibrate on an idle machine).")
     comments.append(f"Memory per device: total RAM / cores = {total / cores / 2**30:.1f} GiB; the node's devices are its cores.")
     text = profile_toml(prof, comments)
     try:
@@ -585,6 +626,25 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
     print(text)
     print(f"{PROG}: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def validate_main(argv: Sequence[str] | None = None) -> int:
+    """``gnnpipe-plan validate RESULTS``: the epoch benchmark's predictions again, for its
+    stored measurements, with the current model and a profile (nothing is run)."""
+    from gnnpipe.bench.epoch import repredict
+
+    ap = argparse.ArgumentParser(prog=f"{PROG} validate",
+                                 description="Re-predict a stored `gnnpipe-bench epoch` result (results.json or its folder).")
+    ap.add_argument("results", type=Path, help="results/<run>/epoch/results.json or its folder")
+    ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path")
+    ap.add_argument("--json", action="store_true", help="rows and planner hits as JSON")
+    args = ap.parse_args(argv)
+    rows, hits, md = repredict(args.results, args.profile)
+    if args.json:
+        print(json.dumps({"rows": rows, "planner": hits}, indent=1, default=str))
+    else:
+        print(md)
     return 0
 
 
