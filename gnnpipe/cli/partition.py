@@ -4,7 +4,15 @@ Usage::
 
     gnnpipe-partition DATASET --parts P [--chunks C] [--method metis|random|contiguous]
         [--objective cut|vol] [--seed S] [--weights none|degree] [--out DIR] [--root DIR]
+        [--metis-mode auto|plain|multilevel] [--metis-budget BYTES]
         [--json] [--dry-run] [--force] [--debug]
+
+``--metis-mode`` picks how METIS runs: ``plain`` on the whole graph, ``multilevel``
+(coarsen in numpy first, METIS on the coarse graph, refine while projecting back: a
+fraction of plain METIS's memory, some cut quality lost; see docs/partitioner.md), or
+``auto`` (default: multilevel when plain METIS's predicted memory exceeds the budget,
+by default twice the graph's int64 CSR bytes). META.json records the request
+(``metis_mode``, ``metis_budget``) and what ran (``metis_path``).
 
 ``DATASET`` is a prepared graph directory or a dataset name under the data root
 (``--root``, ``GNNPIPE_DATA_ROOT``, default ``<repo>/datasets``; see ``gnnpipe-data``).
@@ -14,7 +22,8 @@ variable ``GNNPIPE_PARTITION_ROOT`` replaces ``<repo>/partition``)::
 
     <dataset>-<method>-p<P>-c<C>/
         META.json        format, every parameter (parts, chunks, method, objective, seed,
-                         vertex_weights, gnnpipe_version), dataset name, content hash,
+                         vertex_weights, metis_mode, metis_budget, metis_path,
+                         gnnpipe_version), dataset name, content hash,
                          nodes and edges; written last, marks the plan complete
         stats.json       part / chunk sizes and balance, edge cut, halo counts M_p and
                          their sum, predicted bytes per epoch for a 32-layer d=100 model
@@ -40,7 +49,18 @@ from typing import Sequence
 from gnnpipe import GnnpipeError
 from gnnpipe.cli import run_cli
 from gnnpipe.data.graph import Graph
-from gnnpipe.partition.plan import METHODS, OBJECTIVES, PartitionPlan, build_plan, plan_params, read_plan_meta
+from gnnpipe.partition.plan import (
+    METHODS,
+    METIS_MODES,
+    OBJECTIVES,
+    PartitionPlan,
+    build_plan,
+    plan_params,
+    read_plan_meta,
+)
+
+#: Params that record results (what ran), not requests: ignored when deciding reuse.
+_RESULT_PARAMS = ("metis_path",)
 
 PROG = "gnnpipe-partition"
 
@@ -60,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--objective", default="cut", help=f"METIS objective, one of {', '.join(OBJECTIVES)}")
     ap.add_argument("--seed", type=int, default=0, help="METIS / shuffle seed (default 0)")
     ap.add_argument("--weights", default="none", choices=("none", "degree"), help="vertex weights for balance")
+    ap.add_argument("--metis-mode", default="auto",
+                    help=f"one of {', '.join(METIS_MODES)} (default auto: coarsen first when plain METIS would not fit)")
+    ap.add_argument("--metis-budget", type=int, help="bytes METIS may use (default: 2x the graph's int64 CSR)")
     ap.add_argument("--out", type=Path, help="plan directory (default partition/<dataset>-<method>-p<P>-c<C>)")
     ap.add_argument("--root", type=Path, help="data root for dataset names")
     ap.add_argument("--json", action="store_true", help="print META and stats as JSON instead of a table")
@@ -111,7 +134,8 @@ def summary_table(stats: dict, meta: dict) -> str:
     lines = [
         f"dataset   {ds['name']}  ({ds['num_nodes']:,} nodes, {ds['num_edges']:,} directed edges, hash {ds['content_hash'][:12]})",
         f"plan      {prm['method']} objective={prm['objective']} seed={prm['seed']} weights={prm['vertex_weights']}"
-        f"  P={prm['parts']} C={prm['chunks']}",
+        f"  P={prm['parts']} C={prm['chunks']}"
+        + (f"  metis={prm['metis_path']['parts']}/{prm['metis_path']['chunks']} (parts/chunks)" if prm.get("metis_path") else ""),
         "",
         f"{'part':>5} {'nodes':>10} {'edges':>12} {'halo M_p':>10}",
     ]
@@ -140,6 +164,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--method: expected one of {', '.join(METHODS)}, got {args.method!r}")
     if args.objective not in OBJECTIVES:
         raise GnnpipeError(f"--objective: expected one of {', '.join(OBJECTIVES)}, got {args.objective!r}")
+    if args.metis_mode not in METIS_MODES:
+        raise GnnpipeError(f"--metis-mode: expected one of {', '.join(METIS_MODES)}, got {args.metis_mode!r}")
+    if args.metis_budget is not None and args.metis_budget < 1:
+        raise GnnpipeError(f"--metis-budget: expected a positive number of bytes, got {args.metis_budget}")
     if args.parts < 1:
         raise GnnpipeError(f"--parts: expected at least 1, got {args.parts}")
     if args.chunks < 1:
@@ -153,14 +181,16 @@ def _main(argv: Sequence[str] | None = None) -> int:
     name = graph.name or gdir.name
     out = args.out or default_partition_root() / f"{name}-{args.method}-p{args.parts}-c{args.chunks}"
     weights = None if args.weights == "none" else args.weights
-    params = plan_params(args.parts, args.chunks, args.method, args.objective, args.seed, weights)
+    params = plan_params(args.parts, args.chunks, args.method, args.objective, args.seed, weights,
+                         args.metis_mode, args.metis_budget)
 
     if not args.dry_run:
         if out.exists() and not args.force:
             if not (out / "META.json").is_file():
                 raise GnnpipeError(f"{out}: exists and is not a partition plan (use --force to replace it)")
             old = read_plan_meta(out)
-            same_params = old.get("params") == params
+            old_params = {k: v for k, v in old.get("params", {}).items() if k not in _RESULT_PARAMS}
+            same_params = old_params == params
             same_data = old.get("dataset", {}).get("content_hash") == graph.content_hash
             if same_params and same_data:
                 _progress(f"reusing existing plan {out} (same parameters and dataset hash)")
@@ -178,7 +208,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     graph.check_symmetric()
     _progress(f"partitioning {graph.num_nodes:,} nodes into {args.parts} parts × {args.chunks} chunks ({args.method})")
     t0 = time.perf_counter()
-    plan = build_plan(graph, args.parts, args.chunks, args.method, args.objective, args.seed, weights)
+    plan = build_plan(graph, args.parts, args.chunks, args.method, args.objective, args.seed, weights,
+                      metis_mode=args.metis_mode, metis_budget=args.metis_budget)
     _progress(f"partitioned in {time.perf_counter() - t0:.2f} s")
     if args.dry_run:
         _progress("dry run: nothing written")

@@ -37,6 +37,16 @@ log = logging.getLogger(__name__)
 
 METHODS = ("metis", "random", "contiguous")
 OBJECTIVES = ("cut", "vol")
+#: How METIS is run: ``plain`` on the whole graph, ``multilevel`` (our coarsening first,
+#: METIS on the coarse graph; :mod:`gnnpipe.partition.coarsen`), or ``auto``: multilevel
+#: when plain METIS's predicted memory exceeds the budget.
+METIS_MODES = ("auto", "plain", "multilevel")
+#: Default METIS memory budget, in multiples of the graph's int64 CSR bytes: the plan's
+#: target is a peak of at most 4 CSRs above the loaded graph; METIS gets 2, our
+#: coarsening, refinement, chunking and statistics the rest.
+METIS_BUDGET_CSRS = 2
+#: Graphs whose plain METIS needs at most this much are never coarsened by ``auto``.
+METIS_PLAIN_FLOOR_BYTES = 256 << 20
 PLAN_FORMAT = "gnnpipe-partition"
 PLAN_FORMAT_VERSION = 1
 META_FILE = "META.json"
@@ -98,6 +108,7 @@ def _partition_csr(
     objective: str,
     seed: int,
     weights: np.ndarray | None,
+    metis_mode: "MetisMode | None" = None,
 ) -> np.ndarray:
     n = indptr.size - 1
     if parts == 1:
@@ -122,28 +133,88 @@ def _partition_csr(
         part = np.empty(n, dtype=np.int64)
         part[rng.permutation(n)] = np.arange(n, dtype=np.int64) % parts
         return part
+    if metis_mode is None:
+        return _fill_empty_parts(_metis(indptr, indices, parts, objective, seed, weights), parts)
+    part, path = _metis_auto(indptr, indices, parts, objective, seed, weights, metis_mode)
+    return part
+
+
+def _metis(indptr, indices, parts: int, objective: str, seed: int, weights, eweights=None) -> np.ndarray:
+    """Plain METIS (pymetis) on a CSR; int64 [n] parts (possibly with an empty part)."""
     try:
         import pymetis
     except ImportError as e:  # pragma: no cover - pymetis is a dependency
         raise ImportError(
             "METIS partitioning needs pymetis: pip install pymetis (or use --method random/contiguous)"
         ) from e
+    if parts == 1:
+        return np.zeros(indptr.size - 1, dtype=np.int64)
     opts = pymetis.Options(seed=int(seed), objtype=int(pymetis.ObjType.VOL if objective == "vol" else pymetis.ObjType.CUT))
+    # pymetis's idx_t is 64-bit: int64 arrays pass without a copy.
     res = pymetis.part_graph(
         parts,
         adjacency=pymetis.CSRAdjacency(np.ascontiguousarray(indptr, dtype=np.int64), np.ascontiguousarray(indices, dtype=np.int64)),
         vweights=weights,
+        eweights=None if eweights is None else np.ascontiguousarray(eweights, dtype=np.int64),
         options=opts,
         # Recursive bisection cuts fewer edges and balances better up to 8 parts (METIS's
         # own advice; Squirrel P=8: 61k against 68k); k-way beyond, and always for the
         # volume objective, which only k-way implements.
         recursive=objective == "cut" and parts <= 8,
     )
-    part = np.asarray(res.vertex_part, dtype=np.int64)
-    return _fill_empty_parts(part, parts)
+    return np.asarray(res.vertex_part, dtype=np.int64)
 
 
-def _check_args(n: int, parts: int, method: str, objective: str) -> None:
+@dataclass(frozen=True)
+class MetisMode:
+    """How :func:`_partition_csr` runs METIS: ``mode`` (one of :data:`METIS_MODES`) and
+    the memory ``budget`` in bytes that METIS itself may use (auto and multilevel)."""
+
+    mode: str = "auto"
+    budget: int = 0
+    paths: list = field(default_factory=list, compare=False)  # filled: resolved path per call
+
+
+def _metis_auto(indptr, indices, parts, objective, seed, weights, mm: MetisMode) -> tuple[np.ndarray, str]:
+    from gnnpipe.partition import coarsen
+
+    n, e = indptr.size - 1, int(indptr[-1])
+    est = coarsen.estimate_metis_bytes(n, e)
+    path = mm.mode
+    if path == "auto":
+        path = "plain" if est <= max(mm.budget, METIS_PLAIN_FLOOR_BYTES) else "multilevel"
+    mm.paths.append(path)
+    if path == "plain" or parts == 1:
+        log.info("METIS (plain) on %d nodes / %d edges, predicted %.0f MB", n, e, est / 1e6)
+        return _fill_empty_parts(_metis(indptr, indices, parts, objective, seed, weights), parts), path
+    # Coarsen until METIS on the coarse graph fits the budget.
+    target = max(mm.budget // coarsen.METIS_BYTES_PER_EDGE, 1)
+    log.info("METIS (multilevel) on %d nodes / %d edges: coarsening to <= %d edges", n, e, target)
+    part, info = coarsen.multilevel_partition(
+        indptr, indices, parts, seed, weights,
+        lambda ip, ix, vw, ew: _metis(ip, ix, parts, objective, seed, vw, ew),
+        target_edges=int(target),
+    )
+    log.info("multilevel: levels %s, cut per level (level, projected, rebalanced, refined) %s", info["levels"], info["cuts"])
+    return _fill_empty_parts(part, parts), path
+
+
+def csr_bytes(num_nodes: int, num_edges: int) -> int:
+    """Bytes of an int64 CSR (indptr + indices): the unit of the memory budget."""
+    return 8 * (int(num_nodes) + 1) + 8 * int(num_edges)
+
+
+def _metis_mode(graph: Graph, metis_mode: str, metis_budget: Any) -> MetisMode:
+    budget = int(metis_budget) if metis_budget is not None else METIS_BUDGET_CSRS * csr_bytes(graph.num_nodes, graph.num_edges)
+    return MetisMode(metis_mode, budget)
+
+
+def _check_args(n: int, parts: int, method: str, objective: str, metis_mode: str = "auto",
+                metis_budget: Any = None) -> None:
+    if metis_mode not in METIS_MODES:
+        raise GnnpipeError(f"metis_mode: expected one of {', '.join(METIS_MODES)}, got {metis_mode!r}")
+    if metis_budget is not None and (not isinstance(metis_budget, (int, np.integer)) or metis_budget < 1):
+        raise GnnpipeError(f"metis_budget: expected a positive number of bytes or None, got {metis_budget!r}")
     if method not in METHODS:
         raise GnnpipeError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
     if objective not in OBJECTIVES:
@@ -159,6 +230,8 @@ def partition_nodes(
     objective: str = "cut",
     seed: int = 0,
     vertex_weights: Any = None,
+    metis_mode: str = "auto",
+    metis_budget: int | None = None,
 ) -> np.ndarray:
     """Assign every node to one of ``parts`` parts.
 
@@ -172,6 +245,12 @@ def partition_nodes(
         seed: METIS / shuffle seed.
         vertex_weights: None, ``"degree"`` (degree + 1, balances work rather than
             vertices) or an array [N] of non-negative integers (METIS and contiguous only).
+        metis_mode: ``"plain"`` (METIS on the whole graph), ``"multilevel"`` (coarsen in
+            numpy first, METIS on the coarse graph, refine while projecting back; see
+            :mod:`gnnpipe.partition.coarsen`) or ``"auto"`` (multilevel when plain
+            METIS's predicted memory exceeds ``max(metis_budget, 256 MiB)``).
+        metis_budget: bytes METIS may use (multilevel coarsens until the coarse graph
+            fits); None → twice the graph's int64 CSR bytes (:data:`METIS_BUDGET_CSRS`).
 
     Returns:
         int64 [N] part id of each node; every part non-empty.
@@ -181,9 +260,10 @@ def partition_nodes(
         ImportError: ``method="metis"`` without pymetis.
     """
     n = graph.num_nodes
-    _check_args(n, parts, method, objective)
+    _check_args(n, parts, method, objective, metis_mode, metis_budget)
     w = _vertex_weights(graph.indptr, vertex_weights, n)
-    return _partition_csr(graph.indptr, graph.indices, int(parts), method, objective, seed, w)
+    mm = _metis_mode(graph, metis_mode, metis_budget)
+    return _partition_csr(graph.indptr, graph.indices, int(parts), method, objective, seed, w, mm)
 
 
 # ---------------------------------------------------------------------------- CSR helpers
@@ -441,9 +521,16 @@ def check_plan_matches(plan: PartitionPlan, graph: Graph) -> None:
 
 
 # ---------------------------------------------------------------------------- level 2
-def plan_params(parts: int, chunks: int, method: str, objective: str, seed: int, vertex_weights: Any) -> dict:
-    """The parameter record stored in META.json and compared for reuse."""
+def plan_params(parts: int, chunks: int, method: str, objective: str, seed: int, vertex_weights: Any,
+                metis_mode: str = "auto", metis_budget: int | None = None) -> dict:
+    """The parameter record stored in META.json and compared for reuse.
+
+    :func:`build_plan` adds ``metis_path`` (how METIS actually ran: ``plain`` or
+    ``multilevel`` for the parts and for the chunks), a result rather than an input.
+    """
     return {
+        "metis_mode": metis_mode,
+        "metis_budget": f"{METIS_BUDGET_CSRS}xcsr" if metis_budget is None else int(metis_budget),
         "parts": int(parts),
         "chunks": int(chunks),
         "method": method,
@@ -452,6 +539,14 @@ def plan_params(parts: int, chunks: int, method: str, objective: str, seed: int,
         "vertex_weights": _weights_label(vertex_weights),
         "gnnpipe_version": __version__,
     }
+
+
+def _metis_path(mm: MetisMode, method: str, P: int, C: int) -> dict:
+    if method != "metis":
+        return {}
+    top = mm.paths[0] if P > 1 else "none"
+    chunks = sorted(set(mm.paths[1:] if P > 1 else mm.paths)) or ["none"]
+    return {"metis_path": {"parts": top if P > 1 else "none", "chunks": "+".join(chunks) if C > 1 else "none"}}
 
 
 def build_plan(
@@ -464,6 +559,8 @@ def build_plan(
     vertex_weights: Any = None,
     stats: bool = True,
     model_shape: Any = None,
+    metis_mode: str = "auto",
+    metis_budget: int | None = None,
 ) -> PartitionPlan:
     """Partition into ``parts`` parts, each into ``chunks`` chunks, and relabel.
 
@@ -477,18 +574,21 @@ def build_plan(
         method, objective, seed, vertex_weights: as in :func:`partition_nodes`.
         stats: compute :func:`~gnnpipe.partition.stats.plan_stats` into ``plan.stats``.
         model_shape: passed to ``plan_stats`` (defaults: 32 layers, d = 100).
+        metis_mode, metis_budget: as in :func:`partition_nodes`; the same budget (by
+            default the whole graph's CSR bytes) applies to every part's chunking.
 
     Returns:
         :class:`PartitionPlan`.
     """
     n = graph.num_nodes
-    _check_args(n, parts, method, objective)
+    _check_args(n, parts, method, objective, metis_mode, metis_budget)
     if not isinstance(chunks, (int, np.integer)) or chunks < 1 or chunks > n:
         raise GnnpipeError(f"chunks: expected an integer in [1, {n}] (the graph has {n} nodes), got {chunks}")
     P, C = int(parts), int(chunks)
     w = _vertex_weights(graph.indptr, vertex_weights, n)
     log.info("partitioning %d nodes into %d parts (%s)", n, P, method)
-    part = _partition_csr(graph.indptr, graph.indices, P, method, objective, seed, w)
+    mm = _metis_mode(graph, metis_mode, metis_budget)
+    part = _partition_csr(graph.indptr, graph.indices, P, method, objective, seed, w, mm)
     order = np.argsort(part, kind="stable")  # part-major, original order inside
     part_sizes = np.bincount(part, minlength=P)
     small = int(part_sizes.min())
@@ -511,7 +611,7 @@ def build_plan(
             six = local[six[keep]]
             del keep
             wp = w[rows] if w is not None else None
-            cl = _partition_csr(sip, six, C, method, objective, seed, wp)
+            cl = _partition_csr(sip, six, C, method, objective, seed, wp, mm)
             del sip, six
             chunk[rows] += cl
         del local
@@ -531,7 +631,8 @@ def build_plan(
         chunk=chunk,
         dataset_hash=graph.content_hash,
         dataset_name=graph.name,
-        params=plan_params(P, C, method, objective, seed, vertex_weights),
+        params={**plan_params(P, C, method, objective, seed, vertex_weights, metis_mode, metis_budget),
+                **_metis_path(mm, method, P, C)},
         num_edges=graph.num_edges,
     )
     if stats:
