@@ -185,7 +185,16 @@ class Block:
             tcrow, tcol, perm = self.transpose_pattern()
             at = torch.sparse_csr_tensor(tcrow, tcol, values[perm], (self.num_src, self.num_dst))
             return a, at
-        return self._cached(key, make)
+
+        have = key in self._cache
+        pair = self._cached(key, make)
+        if not have:
+            # The per-entry row ids and the transpose's permutation (8 bytes per entry each)
+            # only served to build this pair; an executor keeps its blocks for the whole run,
+            # so drop them (they are rebuilt if another path asks).
+            self._cache.pop("rows", None)
+            self._cache.pop("tpattern", None)
+        return pair
 
     def gcn_norm(self) -> Tensor:
         """float32 [nnz] 1/sqrt((d_u+1)(d_v+1)) per edge (u src, v dst), global degrees."""

@@ -145,8 +145,39 @@ def hashed_dropout(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit
         keep = keep_mask_sparse(row_gid, col, h.shape[1], p, seed, epoch, unit)
         new = val * keep.to(val.dtype).mul_(scale)
         return torch.sparse_csr_tensor(crow, col, new, h.shape)
+    if h.requires_grad and torch.is_grad_enabled():
+        return _HashedDropout.apply(h, gid, p, seed, epoch, unit)
+    return h * _scaled_keep(h, gid, p, seed, epoch, unit)
+
+
+def _scaled_keep(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit: int) -> Tensor:
+    """The float multiplier of :func:`hashed_dropout`: keep / (1 - p), in ``h``'s dtype."""
     keep = keep_mask(gid, h.shape[1], p, seed, epoch, unit)
-    return h * keep.to(h.dtype).mul_(scale)
+    return keep.to(h.dtype).mul_(1.0 / (1.0 - p))
+
+
+class _HashedDropout(torch.autograd.Function):
+    """Dense hashed dropout that saves a bool mask instead of a float one.
+
+    Plain ``h * mask`` makes autograd keep the float mask, as large as ``h`` itself, for
+    every dropout until the backward (in a pipeline: every chunk's until the flush). This
+    keeps the bool keep-mask (1 byte per value, 4x smaller) and rebuilds the same float
+    multiplier in backward, multiplying exactly as autograd's ``mul`` would: bit-identical
+    gradients. (Recomputing the hash in backward would save the last byte too, but the hash
+    costs about 10x the multiply on this CPU.)
+    """
+
+    @staticmethod
+    def forward(ctx, h, gid, p, seed, epoch, unit):  # type: ignore[override]
+        keep = keep_mask(gid, h.shape[1], p, seed, epoch, unit)
+        ctx.save_for_backward(keep)
+        ctx.p = p
+        return h * keep.to(h.dtype).mul_(1.0 / (1.0 - ctx.p))
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        (keep,) = ctx.saved_tensors
+        return g * keep.to(g.dtype).mul_(1.0 / (1.0 - ctx.p)), None, None, None, None, None
 
 
 # ---------------------------------------------------------------------- CSR aggregation

@@ -38,6 +38,28 @@ class ChunkInfo:
     def size(self) -> int:
         return self.hi - self.lo
 
+    def src_ids(self) -> torch.Tensor:
+        """int64 [num_src] the relabelled id of each src row: the chunk's nodes, then ``nbr_ids``."""
+        return torch.cat([torch.arange(self.lo, self.hi, dtype=torch.int64), self.nbr_ids])
+
+
+@dataclass(eq=False)
+class ChunkNeighbours:
+    """Only the out-of-chunk neighbour ids of a chunk (what another hybrid way needs to know
+    of it; its block is never built on this rank)."""
+
+    lo: int
+    hi: int
+    nbr_ids: torch.Tensor
+
+
+def chunk_neighbours(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int) -> ChunkNeighbours:
+    """The sorted out-of-chunk neighbours of rows ``[lo, hi)`` (:attr:`ChunkInfo.nbr_ids`)."""
+    rows_ptr = np.asarray(indptr[lo : hi + 1], dtype=np.int64)
+    cols = np.asarray(indices[rows_ptr[0] : rows_ptr[-1]], dtype=np.int64)
+    nbr = np.unique(cols[(cols < lo) | (cols >= hi)])
+    return ChunkNeighbours(int(lo), int(hi), torch.from_numpy(nbr))
+
 
 def build_chunk(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, lo: int, hi: int,
                 index: int = 0, orig: np.ndarray | None = None) -> ChunkInfo:
@@ -75,12 +97,19 @@ def build_chunk(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, lo: in
 
 
 def build_chunks(indptr: np.ndarray, indices: np.ndarray, chunk_ptr, deg=None,
-                 orig: np.ndarray | None = None) -> list[ChunkInfo]:
-    """Every chunk of ``chunk_ptr`` (boundaries in relabelled ids); see :func:`build_chunk`."""
+                 orig: np.ndarray | None = None, only=None) -> list:
+    """Every chunk of ``chunk_ptr`` (boundaries in relabelled ids); see :func:`build_chunk`.
+
+    ``only``: a range of chunk indices whose blocks to build; the others get only their
+    neighbour ids (:class:`ChunkNeighbours`): a hybrid way needs the blocks of its own
+    chunks and just the neighbour lists of the other ways' chunks.
+    """
     if deg is None:
         deg = np.diff(np.asarray(indptr)).astype(np.float32)
     cp = [int(x) for x in chunk_ptr]
-    return [build_chunk(indptr, indices, deg, cp[k], cp[k + 1], k, orig) for k in range(len(cp) - 1)]
+    keep = range(len(cp) - 1) if only is None else only
+    return [build_chunk(indptr, indices, deg, cp[k], cp[k + 1], k, orig) if k in keep
+            else chunk_neighbours(indptr, indices, cp[k], cp[k + 1]) for k in range(len(cp) - 1)]
 
 
 def feature_rows(x, ids: np.ndarray | torch.Tensor):

@@ -155,6 +155,9 @@ class GraphParallelExecutor:
 
     def __init__(self, comm, local, halo_features, model: GNN, optimizer, num_train_global: int,
                  seed: int = 0, multilabel: bool = False, device: str = "cpu") -> None:
+        from gnnpipe.parallel.alloc import lean_allocator
+
+        lean_allocator()  # freed activations go back to the system (see gnnpipe.parallel.alloc)
         self.comm = comm
         self.local = local
         self.model = model
@@ -183,7 +186,8 @@ class GraphParallelExecutor:
         )
         # Input features of local + halo rows: constant, so they never travel per epoch.
         self.x_src = features_to_tensor(concat_rows(local.features, halo_features), self.device)
-        self.x_dst = features_to_tensor(local.features, self.device)
+        # Dense: the local rows are the first rows of x_src (a view, not a second copy).
+        self.x_dst = self.x_src[:n] if self.x_src.layout == torch.strided else features_to_tensor(local.features, self.device)
         self.labels = torch.as_tensor(np.asarray(local.labels))
         self.masks = {
             "train": torch.as_tensor(np.asarray(local.train_mask, dtype=bool)),

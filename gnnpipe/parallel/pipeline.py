@@ -73,10 +73,45 @@ def carry_keys_after(units, start: int) -> tuple[str, ...]:
     return tuple(keys)
 
 
+def _is_dense(x) -> bool:
+    import scipy.sparse as sp
+
+    return x is not None and not sp.issparse(x) and not (isinstance(x, torch.Tensor) and x.layout != torch.strided)
+
+
+class _GradSink:
+    """Receives the gradient of a chunk's neighbour rows (see :class:`_NbrRows`)."""
+
+    __slots__ = ("anchor", "grad")
+
+    def __init__(self) -> None:
+        self.anchor = torch.empty(0, requires_grad=True)
+        self.grad: torch.Tensor | None = None
+
+
+class _NbrRows(torch.autograd.Function):
+    """``hist[ids]`` whose gradient lands in a :class:`_GradSink`.
+
+    A requires-grad leaf of the gathered rows would do the same, but autograd keeps a leaf
+    (and its data: m·d_in values per unit and chunk) alive until the backward; here only
+    the ids are kept. The gradient is the same tensor the leaf's ``.grad`` would hold.
+    """
+
+    @staticmethod
+    def forward(ctx, anchor, hist, ids, sink):  # type: ignore[override]
+        ctx.sink = sink
+        return hist.index_select(0, ids)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        ctx.sink.grad = g if ctx.sink.grad is None else ctx.sink.grad + g
+        return None, None, None, None
+
+
 @dataclass
 class _ChunkState:
     inputs: list = field(default_factory=list)     # (unit position, input tensor) for G injection
-    nbr_leaves: list = field(default_factory=list)  # (unit position, leaf tensor of neighbour rows)
+    nbr_leaves: list = field(default_factory=list)  # (unit position, _GradSink of neighbour rows)
     h_in: torch.Tensor | None = None
     carry_in: dict = field(default_factory=dict)
     out: torch.Tensor | None = None
@@ -218,7 +253,13 @@ class PipelineStage:
                     self.gacc[pos] = torch.zeros(self.N, u.in_dim)
         self.x_dst: list = []
         self.x_src: list = []
-        if first_unit == 0:
+        # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
+        # src rows are gathered when the chunk runs (keeping every chunk's src rows would
+        # hold Σ_k |src(k)| ≈ 3-5·N rows). Sparse features keep per-chunk copies.
+        self.x: torch.Tensor | None = None
+        if first_unit == 0 and _is_dense(x):
+            self.x = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))
+        elif first_unit == 0:
             for ch in chunks:
                 ids = np.arange(ch.lo, ch.hi, dtype=np.int64)
                 self.x_dst.append(feature_rows(x, ids))
@@ -265,7 +306,7 @@ class PipelineStage:
         ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed)
         st = _ChunkState()
         if self.first_unit == 0:
-            h = self.x_dst[k]
+            h = self.x[ch.lo : ch.hi] if self.x is not None else self.x_dst[k]
         else:
             h = h_in.detach().requires_grad_(training)
             st.h_in = h
@@ -277,7 +318,7 @@ class PipelineStage:
         for pos, u in enumerate(self.units):
             if u.aggregates:
                 if self.first_unit == 0 and pos == 0:
-                    h_src = self.x_src[k]
+                    h_src = self.x_src[k] if self.x is None else self.x.index_select(0, ch.src_ids())
                 elif self.way is not None and self.way.exchanger is not None:
                     # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
                     # and their gradients return inside autograd, as in graph parallelism.
@@ -292,12 +333,14 @@ class PipelineStage:
                         hist[ch.lo : ch.hi] = h.detach()
                     if self.way is not None:
                         self.way.exchange_rows(hist, k)
-                    nbr = hist.index_select(0, ch.nbr_ids)
                     # With several ways every unit must take part in the backward exchange,
                     # even with no neighbour rows, so the collectives line up.
-                    if training and self.opts.grad_fix and (nbr.numel() or self.way is not None):
-                        nbr.requires_grad_(True)
-                        st.nbr_leaves.append((pos, nbr))
+                    if training and self.opts.grad_fix and (ch.nbr_ids.numel() or self.way is not None):
+                        sink = _GradSink()
+                        nbr = _NbrRows.apply(sink.anchor, hist, ch.nbr_ids, sink)
+                        st.nbr_leaves.append((pos, sink))
+                    else:
+                        nbr = hist.index_select(0, ch.nbr_ids)
                     if training and pos in self.gacc:
                         st.inputs.append((pos, h))
                     h_src = torch.cat([h, nbr], dim=0)
@@ -337,11 +380,11 @@ class PipelineStage:
                 tensors.append(h)
                 grads.append(g * self.opts.grad_scale)
         torch.autograd.backward(tensors, grads)
-        for pos, leaf in st.nbr_leaves:
-            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        for pos, sink in st.nbr_leaves:
+            grad = sink.grad if sink.grad is not None else self.gacc[pos].new_zeros((ch.nbr_ids.numel(), self.gacc[pos].shape[1]))
             if self.way is not None:
                 self.way.return_grads(self.gacc[pos], ch.nbr_ids, grad, k)
-            elif leaf.grad is not None:
+            elif sink.grad is not None:
                 self.gacc[pos].index_add_(0, ch.nbr_ids, grad)
         grad_in = st.h_in.grad if st.h_in is not None else None
         if grad_in is None and st.h_in is not None:
@@ -571,6 +614,9 @@ class PipelineExecutor:
         out, cout = ev.forward_chunk(0, h_in, carry, training=False)
         for u in ev.units:
             u.train()
+        # The whole-part block's normalised CSR and its transpose (~16 bytes per edge) are
+        # rebuilt at the next evaluation rather than held through the training epochs between.
+        ev.chunks[0].block._cache.clear()
         counts = torch.zeros(6, dtype=torch.float64)
         if not last:
             comm.send(self._pack(out, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category="eval")
@@ -607,6 +653,9 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     from gnnpipe.partition import assign_layers, layer_costs, relabel_graph
     from gnnpipe.train import plan_for
 
+    from gnnpipe.parallel.alloc import lean_allocator
+
+    lean_allocator()  # freed activations go back to the system (see gnnpipe.parallel.alloc)
     hybrid = cfg.mode == "hybrid"
     D = cfg.ways if hybrid else 1
     if hybrid and D < 2:
@@ -635,7 +684,8 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
         raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
     a, b = assign_layers(costs, S)[s_idx]
     deg = rg.degrees().astype(np.float32)
-    chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm)
+    chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm,
+                              only=range(way * C, (way + 1) * C))
     chunks = chunks_all[way * C : (way + 1) * C]
     pipe, cross = build_groups(comm, topo)
     link = build_way_link(cross, plan, chunks_all, way, C, cfg.exact) if D > 1 else None
@@ -653,7 +703,7 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed,
                           cross=cross, world=comm)
     # Exact evaluation: each way's whole part as one chunk (the whole graph with one way).
-    part_chunks = build_chunks(rg.indptr, rg.indices, plan.part_ptr, deg, orig=plan.perm)
+    part_chunks = build_chunks(rg.indptr, rg.indices, plan.part_ptr, deg, orig=plan.perm, only=range(way, way + 1))
     ex._full_chunk = part_chunks[way : way + 1]
     ex._eval_link = build_way_link(cross, plan, part_chunks, way, 1, True) if D > 1 else None
     if ex._eval_link is not None:

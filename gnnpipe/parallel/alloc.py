@@ -1,0 +1,53 @@
+"""Return freed tensor memory to the system: glibc's malloc tuned for big tensors.
+
+glibc serves allocations above a *dynamic* mmap threshold with ``mmap`` and gives them back
+on ``free``; but every time such a block is freed the threshold rises to its size (up to
+32 MiB), so from then on tensors of that size come from the heap, where freed blocks stay
+resident and fragment between long-lived tensors (what autograd saves). A training rank
+allocates and frees tensors of the same few sizes every unit and chunk; with the dynamic
+threshold its RSS was about twice what it holds (graph mode, 200k-node SBM, GCN-16:
+3.9 GB peak RSS for 1.9 GB of live tensors). A fixed threshold keeps every tensor of at
+least :data:`DEFAULT_THRESHOLD` bytes in its own mapping, returned when it dies.
+
+``GNNPIPE_MMAP_THRESHOLD`` (bytes) overrides the threshold; ``0`` leaves malloc alone.
+Elsewhere than glibc this does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+#: Allocations of at least this many bytes get their own mapping (glibc's M_MMAP_THRESHOLD).
+DEFAULT_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3
+_done: int | None = None
+
+
+def lean_allocator() -> int:
+    """Fix glibc's mmap threshold (once per process); returns the threshold set, or 0."""
+    global _done
+    if _done is not None:
+        return _done
+    _done = 0
+    raw = os.environ.get("GNNPIPE_MMAP_THRESHOLD", "")
+    try:
+        threshold = int(raw) if raw.strip() else DEFAULT_THRESHOLD
+    except ValueError:
+        log.warning("GNNPIPE_MMAP_THRESHOLD=%r is not an integer number of bytes; using %d", raw, DEFAULT_THRESHOLD)
+        threshold = DEFAULT_THRESHOLD
+    if threshold <= 0:
+        return 0
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return 0
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    if mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1:
+        _done = int(threshold)
+    return _done
