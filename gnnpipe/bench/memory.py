@@ -4,7 +4,9 @@ Every configuration runs in its own ``mpirun`` (the peak RSS, ``ru_maxrss``, is 
 process' lifetime maximum, so runs must not share processes) for 2 epochs; the measured
 figure is ``peak_rss_mb`` of ``metrics.jsonl``, the largest rank's. RSS includes the
 interpreter, torch and PyG (about 0.3 GB per rank, the profile's ``base_mem_bytes``) and
-the mapped pages of the dataset that rank touched. The prediction is
+the mapped pages of the dataset that rank touched. Pipeline and hybrid runs take their
+history snapshot every epoch (``--snapshot-period 1``) so that two epochs reach the
+steady state of a long run (which holds it from epoch 23 on). The prediction is
 :func:`gnnpipe.plan.predict`'s ``peak_mem_bytes`` (the busiest rank) with profile
 ``cpu-this-machine``.
 """
@@ -31,7 +33,7 @@ QUICK_CASES = {"sbm2k-gcnii4": ("sbm", {"synth_nodes": 2000, "synth_degree": 10.
 def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | None = None,
         progress: bool = True) -> tuple[list[dict], str]:
     """Measure and predict; write ``out/memory/``. Returns (rows, markdown)."""
-    from gnnpipe.plan import ModelSpec, graph_stats_from_graph, load_profile, predict
+    from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     topos = world_topologies(world)
@@ -42,7 +44,8 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
     jobs, rows = [], []
     for cname, (ds, synth, model, L, d) in cases.items():
         graph = C.load_graph(ds, **synth)
-        stats = C.call_quietly(lambda: graph_stats_from_graph(graph, parts=[2, world], seed=0))
+        stats = C.call_quietly(lambda: graph_stats_from_graph(graph, parts=[2, world], seed=0,
+                                                              chunks=chunk_counts(topos)))
         spec = ModelSpec(model, L, d)
         for t in topos:
             p = predict(stats, spec, t, prof)
@@ -52,8 +55,12 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
                          "edges": stats.num_edges, "config": C.label(t), "mode": t.mode, "job": jname,
                          "pred_mb": p.peak_mem_bytes / 2**20,
                          "pred_breakdown_mb": {k: v / 2**20 for k, v in worst.mem.items()}})
+            # Snapshot every epoch: the history snapshot (taken every 23 epochs by default)
+            # is then held in epoch 2, so 2 epochs show a long run's steady state.
+            snap = ["--snapshot-period", "1"] if t.mode != "graph" else []
             jobs.append(C.Job(jname, ["--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
-                                      "--hidden", str(d), "--epochs", "2", "--eval-every", "100000", *C.topo_flags(t)], t.world))
+                                      "--hidden", str(d), "--epochs", "2", "--eval-every", "100000", *snap,
+                                      *C.topo_flags(t)], t.world))
     res = C.run_jobs(jobs, out_dir / "runs", fresh=True, progress=progress, desc="memory")
     for row in rows:
         r = res[row.pop("job")]
