@@ -5,20 +5,24 @@ recursive-bisection partition: 2.7 GB for a 20M-edge graph, 16× its CSR. This m
 keeps the large levels out of METIS:
 
 1. **Coarsen** in numpy with int32 arrays, in row blocks of ``block_edges`` edges so that
-   temporaries stay small: a seeded heavy-edge matching (each unmatched vertex proposes
-   to its best-rated unmatched neighbour, rating ``w(u,v)² / (c(u)·c(v))``, mutual
-   proposals match; a few rounds), then two-hop matching of the vertices left over (pairs
-   of unmatched vertices whose best neighbour is the same vertex: the leaves around hubs
-   of power-law graphs, which plain matching cannot shrink), then contraction (parallel
-   edges merge with summed weights, self-loops vanish, vertex weights add up).
+   temporaries stay small. Per level (``scheme="adaptive"``): a seeded heavy-edge
+   matching (each unmatched vertex proposes to its best-rated unmatched neighbour,
+   rating ``w(u,v)² / (c(u)·c(v))``, mutual proposals match; a few rounds; then two-hop
+   pairs of leftover vertices whose best neighbour is the same), unless matching keeps
+   more than :data:`MATCHING_MIN_SHRINK` of the edges (power-law graphs: a hub pairs
+   with one leaf per level) or the levels kept would outgrow the input's edges; then
+   size-constrained label propagation clusters instead. Isolated vertices are bundled.
+   Contraction merges parallel edges (summed weights), drops self-loops, adds vertex
+   weights.
 2. Repeat until the coarse graph has at most ``target_edges`` directed edges (or stops
    shrinking), then run **METIS** on it with vertex and edge weights.
-3. **Uncoarsen**: project the parts back level by level and at every level run a
+3. **Uncoarsen**: project the parts back level by level, rebalance if a part is over the
+   bound, and at every level run a
    vectorised greedy **boundary refinement** that never increases the cut and never puts
    a part above the balance bound: every pass moves an independent set of vertices
    (no two movers adjacent), each with a positive gain, into parts with room.
 
-Everything is deterministic for a given seed (numpy's seeded generator, stable sorts).
+Everything is deterministic for a given seed (seeded hashes break ties; stable sorts).
 """
 
 from __future__ import annotations

@@ -135,8 +135,7 @@ def _partition_csr(
         return part
     if metis_mode is None:
         return _fill_empty_parts(_metis(indptr, indices, parts, objective, seed, weights), parts)
-    part, path = _metis_auto(indptr, indices, parts, objective, seed, weights, metis_mode)
-    return part
+    return _metis_auto(indptr, indices, parts, objective, seed, weights, metis_mode)[0]
 
 
 def _metis(indptr, indices, parts: int, objective: str, seed: int, weights, eweights=None) -> np.ndarray:
