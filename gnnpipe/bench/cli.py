@@ -86,7 +86,7 @@ def _dispatch(args: argparse.Namespace) -> str:
         from gnnpipe.bench import scale
 
         extra = {"sizes": args.sizes} if args.sizes else {}
-        return scale.run(args.out, method=args.method, random_above=args.random_above, **extra, **kw)[1]
+        return scale.run(args.out, method=args.method, random_above=args.random_above, only=args.only, **extra, **kw)[1]
     if args.sub == "overhead":
         from gnnpipe.bench import overhead
 
