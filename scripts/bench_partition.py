@@ -55,8 +55,10 @@ def _method(m: str) -> tuple[str, str]:
 
 def child(graph_dir: str, parts: int, chunks: int, method: str) -> None:
     from gnnpipe.data.graph import Graph
+    from gnnpipe.parallel.alloc import lean_allocator
     from gnnpipe.partition import build_plan
 
+    lean_allocator()  # as gnnpipe-partition does: freed temporaries leave the RSS
     g = Graph.load(graph_dir, mmap=False)
     base = _rss()
     t0 = time.perf_counter()

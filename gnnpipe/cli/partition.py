@@ -173,6 +173,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.chunks < 1:
         raise GnnpipeError(f"--chunks: expected at least 1, got {args.chunks}")
     gdir = _resolve(args.dataset, args.root)
+    # A fixed glibc mmap threshold: the partitioner's many large temporaries (row blocks,
+    # contractions, METIS's arrays) go back to the system when freed instead of growing
+    # the heap (same setting as the training ranks; GNNPIPE_MMAP_THRESHOLD overrides).
+    from gnnpipe.parallel.alloc import lean_allocator
+
+    lean_allocator()
     _progress(f"loading {gdir}")
     graph = Graph.load(gdir)  # validates shapes and ranges
     for flag, v in (("--parts", args.parts), ("--chunks", args.chunks)):
