@@ -28,17 +28,35 @@ GEMMs cost 3× their forward (input and weight gradients), except the unit readi
 constant input features (2×: no input gradient); an aggregation costs 2× (our symmetric
 CSR backward is one more SpMM); sparse input features cost their non-zeros at the SpMM
 rate. ``unit_overhead_s`` is the fixed cost of one pass of one unit over one chunk (kernel
-launches, Python, autograd): it is what makes many small chunks expensive.
+launches, Python, autograd): it is what makes many small chunks expensive. On this
+machine ``gnnpipe-plan calibrate`` fits the SpMM and elementwise rates and the overhead to
+real units (the executors' code path), the GEMM rate is a kernel micro-benchmark.
+
+**Ranks sharing cores**: every rank's compute is multiplied by
+:meth:`HardwareProfile.slowdown`: ``shared_slowdown`` when every core of a node is busy,
+and ``shared_slowdown · oversub_slowdown · ranks/cores`` when a node runs more ranks than
+its ``cores_per_host`` (4 ranks on this 2-core machine: each gets half a core). A blocking
+collective costs ``coll_overhead_s`` plus, when its group outnumbers the cores (some
+member is always descheduled), ``oversub_wait_s`` (at most the compute between two
+collectives).
 
 **Graph parallelism**: the largest part computes every unit on its rows (transforms on
-its rows plus halo rows for gcn/gat, which transform ``h_src``), then per exchanged layer
+its rows plus halo rows for gcn/gat, which transform ``h_src``), gathers its send rows
+and concatenates [own | halo] per exchanged layer (and scatters the halo's gradient back,
+at ``gather_bytes_s``), then per exchanged layer
 (:func:`gnnpipe.partition.volume.exchanged_layers`) one blocking all-to-all forward and
 one backward; then the weight all-reduce (ring) and the optimizer step.
 
 **Pipeline** (GNNPipe's schedule: every chunk forward, then every chunk backward, one
 flush): stage ``s`` owns the units :func:`gnnpipe.partition.assign_layers` gives it from
 :func:`gnnpipe.partition.layer_costs` (the executor's own assignment) and spends ``T_s``
-per epoch; a chunk's forward takes ``T_s/3/C`` and its backward ``2·T_s/3/C``. With
+per epoch; a chunk's forward takes ``T_s/3/C`` and its backward ``2·T_s/3/C``. ``T_s``
+counts what the executor does per chunk: every unit pass (``2·C`` per unit), and per
+aggregating unit the history path — write the chunk's rows, gather its out-of-chunk
+neighbour rows, concatenate, scatter-add their gradients: ``s·d_in·(2·rows + 3·Σ_k
+|N(k)|)`` bytes at ``gather_bytes_s`` plus ``chunk_overhead_s`` per chunk and pass, with
+Σ_k |N(k)| (≈ 2–5·N) from the plan (:attr:`PartInfo.chunk_nbrs`); gcn/gat transform
+their source rows, so their GEMMs run on ``rows + Σ_k |N(k)|`` rows. With
 ``t_b`` the per-chunk message time over boundary ``b`` (latency + bytes / bandwidth)::
 
     epoch = Σ_s T_s/C + 2·Σ_b t_b + (C−1)·(max(f_max, t_max) + max(b_max, t_max)) + opt
@@ -51,7 +69,8 @@ optimizer step.
 
 **Hybrid**: ``D`` pipelines over METIS ways; each stage also exchanges its layers' halo
 rows with the same stage of the other ways (blocking, per chunk, ``C·(D−1)`` messages per
-layer and direction) and all-reduces its weights across ways.
+layer and direction, of the per-chunk halos :attr:`PartInfo.chunk_halo`) and all-reduces
+its weights across ways.
 
 **Memory** per rank, term by term what the executors hold: parameters, gradients and
 Adam's two moments (4× parameter bytes); the dataset as the rank reads it (graph mode: its
@@ -675,10 +694,23 @@ def _saved_bytes(stats: GraphStats, model: str, u, src: float, dst: float) -> fl
     return b + 4.0 * SAVED_DST[model if u.aggregates else "gcn"] * dst * u.out_dim
 
 
-def _sync_time(prof: HardwareProfile, world: int) -> float:
-    """Fixed cost of one blocking collective among ``world`` ranks: software overhead, plus
-    the wait for descheduled peers when a node runs more ranks than it has cores."""
-    return prof.coll_overhead_s + (prof.oversub_wait_s if prof.slowdown(world) > 1.0 else 0.0)
+def _sync_time(prof: HardwareProfile, world: int, between_s: float = math.inf) -> float:
+    """Fixed cost of one blocking collective among ``world`` ranks: software overhead, plus,
+    when a node runs more ranks than it has cores, the wait for peers the scheduler has
+    descheduled: ``oversub_wait_s``, but never more than the (slowed) compute a rank does
+    between two collectives (a peer cannot be further behind than that)."""
+    oversub = prof.ranks_on_host(world) > prof.cores_per_host
+    return prof.coll_overhead_s + (min(prof.oversub_wait_s, between_s) if oversub else 0.0)
+
+
+def _group_sync(prof: HardwareProfile, world: int, group: int, between_s: float = math.inf) -> float:
+    """:func:`_sync_time` of a collective among ``group`` of the ``world`` ranks: the wait
+    for descheduled peers applies only when the group itself outnumbers the cores (then
+    some member is always off a core when the others arrive); a group that fits the cores
+    can run at once (the hybrid's per-stage exchanges between 2 ways on 2 cores)."""
+    if group <= prof.cores_per_host:
+        return prof.coll_overhead_s
+    return _sync_time(prof, world, between_s)
 
 
 def _chunk_nbrs(pi: PartInfo, C: int, notes: list[str]) -> float:
@@ -785,7 +817,8 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     # total, and the all-to-all waits for the slowest pair; each blocking collective also
     # pays its software cost and, with more ranks than cores, the wait for peers the
     # scheduler has descheduled.
-    sync = _sync_time(prof, P)
+    n_coll = 2 * n_x + 1 if P > 1 else 1  # halo exchanges both ways and the all-reduce
+    sync = _group_sync(prof, P, P, compute / n_coll)
     per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * d * s, pi.sum_m / P * d * s) + sync if P > 1 else 0.0
     halo_s = 2 * n_x * per_exchange
     params = param_count(stats, spec)
@@ -845,7 +878,6 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
     notes_v: list[str] = []
     slow = prof.slowdown(D * S)
-    sync = _sync_time(prof, D * S)
     # Rows a stage touches per aggregating unit and epoch: every chunk's own rows plus its
     # out-of-chunk neighbours (history rows; in the hybrid also the other ways' rows).
     nbrs = _chunk_nbrs(pi, C, notes_v)
@@ -854,6 +886,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     for st, (a, b) in enumerate(blocks):
         comp = 0.0
         halo = 0.0
+        n_coll = 0  # blocking collectives of this stage per epoch (hybrid halo exchanges)
         params = 0
         hist = act = 0.0
         for j in range(a, b):
@@ -875,8 +908,9 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                 if D > 1:
                     # Per chunk, forward rows and backward gradients with the other ways:
                     # 2·C blocking all-to-alls per unit, per-chunk halos (Σ_k M_{w,k}).
-                    halo += 2 * (_a2a_time(prof, ranks_of_stage(st), st, chunk_halo / D * u.in_dim * s,
-                                           chunk_halo / D * u.in_dim * s, messages=C) + C * sync)
+                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, chunk_halo / D * u.in_dim * s,
+                                          chunk_halo / D * u.in_dim * s, messages=C)
+                    n_coll += 2 * C
                     comp += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
             # every chunk's saved tensors live until the flush: own + neighbour rows
             act += _saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
@@ -903,6 +937,8 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
             "base": prof.base_mem_bytes,
         }
         comp *= slow
+        if n_coll:
+            halo += n_coll * _group_sync(prof, D * S, D, comp / n_coll)
         stages.append(StageDetail(st, (a, b), comp, halo, params, sum(mem.values()), mem))
         T.append(comp)
         halo_T.append(halo)
@@ -925,7 +961,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     pipe_epoch = fill + steady
     ranks_all = list(range(D * S))
     params_total = sum(x.params for x in stages)
-    ar_s = max((_allreduce_time(prof, ranks_of_stage(st), x.params * 4.0) + sync
+    ar_s = max((_allreduce_time(prof, ranks_of_stage(st), x.params * 4.0) + _group_sync(prof, D * S, D, x.compute_s)
                 for st, x in enumerate(stages)), default=0.0) if D > 1 else 0.0
     opt = max(_opt_time(prof, x.params) for x in stages) * slow
     i_max = max(range(S), key=lambda i: busy[i])
@@ -1048,8 +1084,8 @@ def chunk_facts(graph, parts: int, chunks: int, seed: int = 0, method: str = "me
     part, chunk = np.asarray(plan.part, dtype=np.int64), np.asarray(plan.chunk, dtype=np.int64)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ip))
     out = chunk[ix] != chunk[src]
-    keys = np.unique(chunk[src[out]] * n + ix[out])
-    per_part = np.bincount(keys // n // int(plan.num_chunks), minlength=parts)  # global chunk k = p·C + j
+    # Distinct (chunk, neighbour) pairs, counted per part (global chunk k = p·C + j).
+    per_part = volume.count_distinct(chunk[src[out]] * n + ix[out], parts * int(plan.num_chunks) * n, parts)
     return volume.chunk_halo_sum(ip, ix, part, chunk), int(per_part.max())
 
 

@@ -211,5 +211,24 @@ def chunk_halo_sum(indptr, indices, part, chunk) -> int:
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ip))
     remote = part[ix] != part[src]
     # Key (chunk, neighbour): chunk ids are made unique across parts.
+    n_ck = (int(part.max(initial=0)) + 1) * (int(chunk.max(initial=0)) + 1)
     ck = part[src[remote]] * (int(chunk.max(initial=0)) + 1) + chunk[src[remote]]
-    return int(np.unique(ck * n + ix[remote]).size)
+    return int(count_distinct(ck * n + ix[remote], n_ck * n).sum())
+
+
+def count_distinct(keys, size: int, groups: int = 1):
+    """Distinct values of int64 ``keys`` in ``[0, size)``, counted per group of
+    ``size // groups`` consecutive values (a bitmap when it is small enough, else a sort).
+
+    Returns:
+        int64 array [groups].
+    """
+    import numpy as np
+
+    keys = np.asarray(keys, dtype=np.int64)
+    if size <= 400_000_000:
+        seen = np.zeros(size, dtype=bool)
+        seen[keys] = True
+        return seen.reshape(groups, size // groups).sum(axis=1).astype(np.int64)
+    u = np.unique(keys)
+    return np.bincount(u // (size // groups), minlength=groups).astype(np.int64)

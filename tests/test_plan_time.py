@@ -1,0 +1,134 @@
+"""The time model's structure: oversubscription, the pipeline's per-chunk history work,
+collective waits, optional profile fields, and re-predicting stored epoch results.
+
+No timed assertions: these check what the model computes from its inputs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gnnpipe import GnnpipeError
+from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, Topology, load_profile, predict, profile_toml)
+
+CPU_FIELDS = dict(cores_per_host=2.0, devices_per_node=64, shared_slowdown=1.1, oversub_slowdown=1.2,
+                  coll_overhead_s=3e-4, oversub_wait_s=5e-3, chunk_overhead_s=1e-4, gather_bytes_s=5e9)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return replace(load_profile("a5000-100gbe"), name="cpu", gemm_flops_s=6e10, spmm_edge_width_s=7e9,
+                   mem_bytes_s=3e9, unit_overhead_s=3e-4, intra_bw_bytes_s=2e9, inter_bw_bytes_s=2e9,
+                   intra_latency_s=1e-4, inter_latency_s=1e-4, **CPU_FIELDS)
+
+
+def _stats(chunk_nbrs=None, chunk_halo=None):
+    N, E = 20000, 200000
+    one = PartInfo(1, 0, N, E, 0, "whole graph", {}, chunk_nbrs or {})
+    two = PartInfo(2, 6000, 10000, 100000, 3000, "test", chunk_halo or {}, {8: 30000})
+    four = PartInfo(4, 12000, 5000, 50000, 3000, "test")
+    return GraphStats(N, E, 32, 8, name="t").with_parts([one, two, four])
+
+
+def test_slowdown_rules(cpu):
+    assert cpu.slowdown(1) == 1.0
+    assert cpu.slowdown(2) == pytest.approx(1.1)  # every core busy
+    assert cpu.slowdown(4) == pytest.approx(1.1 * 1.2 * 2)  # two ranks per core
+    gpu = load_profile("a5000-100gbe")
+    assert gpu.cores_per_host == gpu.devices_per_node and gpu.slowdown(8) == 1.0
+
+
+def test_oversubscribed_graph_mode_pays_compute_share_and_waits(cpu):
+    st, spec = _stats(), ModelSpec("gcnii", 8, 64)
+    cpu = replace(cpu, oversub_wait_s=1e-3)  # below the compute between two collectives here
+    g4 = predict(st, spec, Topology("graph", 4), cpu)
+    no_wait = predict(st, spec, Topology("graph", 4), replace(cpu, oversub_wait_s=0.0))
+    one_core_each = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=4.0))
+    assert g4.compute_s == pytest.approx(one_core_each.compute_s * 1.1 * 1.2 * 2 / 1.1, rel=1e-9)
+    # 8 exchanged layers both ways + the all-reduce: 17 blocking collectives, each waiting.
+    assert g4.comm_s - no_wait.comm_s == pytest.approx(17 * 1e-3, rel=1e-9)
+    assert one_core_each.comm_s < no_wait.comm_s + 1e-12
+
+
+def test_pipeline_counts_history_rows_and_per_chunk_costs(cpu):
+    spec = ModelSpec("gcnii", 8, 64)
+    topo = Topology("pipeline", 1, 2, 8)
+    few = predict(_stats({8: 10000}), spec, topo, cpu)
+    many = predict(_stats({8: 60000}), spec, topo, cpu)
+    # More out-of-chunk neighbour rows: more gather/scatter bytes, on every aggregating unit.
+    assert many.compute_s > few.compute_s
+    # The per-chunk history overhead grows with the chunks (2 passes per chunk and unit).
+    free = replace(cpu, chunk_overhead_s=0.0)
+    d8 = predict(_stats({8: 10000}), spec, topo, cpu).per_stage[0].compute_s - \
+        predict(_stats({8: 10000}), spec, topo, free).per_stage[0].compute_s
+    units0 = [j for j in range(*few.per_stage[0].units) if 1 <= j <= 8]
+    assert d8 == pytest.approx(2 * 8 * len(units0) * 1e-4 * cpu.slowdown(2), rel=1e-9)
+
+
+def test_gcn_pipeline_transforms_neighbour_rows(cpu):
+    # gcn transforms h_src: its pipeline GEMMs grow with the gathered rows, gcnii's do not.
+    spec_gcn, spec_ii = ModelSpec("gcn", 8, 64), ModelSpec("gcnii", 8, 64)
+    topo = Topology("pipeline", 1, 2, 8)
+    nogemm = replace(cpu, gemm_flops_s=1e30)
+    for spec, grows in ((spec_gcn, True), (spec_ii, False)):
+        def gemm_part(nbrs):
+            st = _stats({8: nbrs})
+            return predict(st, spec, topo, cpu).compute_s - predict(st, spec, topo, nogemm).compute_s
+        assert (gemm_part(60000) > gemm_part(10000) * 1.5) == grows
+
+
+def test_missing_chunk_facts_are_estimated_with_a_note(cpu):
+    p = predict(_stats(), ModelSpec("gcnii", 8, 64), Topology("pipeline", 1, 2, 8), cpu)
+    assert any("estimated" in n for n in p.notes)
+    h = predict(_stats(), ModelSpec("gcnii", 8, 64), Topology("hybrid", 2, 2, 8), cpu)
+    assert any("per-chunk halo" in n for n in h.notes)
+    h2 = predict(_stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64), Topology("hybrid", 2, 2, 8), cpu)
+    assert not any("per-chunk halo" in n for n in h2.notes)
+    assert h2.bytes["halo"] == 2 * 4 * 64 * 8 * 9000
+
+
+def test_hybrid_pair_exchanges_do_not_wait(cpu):
+    # 2 ways x 2 stages on 2 cores: each exchange is between 2 ranks, which fit the cores.
+    st, spec = _stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64)
+    h = predict(st, spec, Topology("hybrid", 2, 2, 8), cpu)
+    h_nowait = predict(st, spec, Topology("hybrid", 2, 2, 8), replace(cpu, oversub_wait_s=0.0))
+    assert h.epoch_s == pytest.approx(h_nowait.epoch_s, rel=1e-12)
+
+
+def test_optional_profile_fields_round_trip_and_validate(tmp_path, cpu):
+    path = tmp_path / "p.toml"
+    path.write_text(profile_toml(cpu))
+    back = load_profile(path)
+    for k, v in CPU_FIELDS.items():
+        assert getattr(back, k) == pytest.approx(v), k
+    bad = path.read_text().replace("oversub_slowdown = 1.2", "oversub_slowdown = 0.5")
+    path.write_text(bad)
+    with pytest.raises(GnnpipeError, match=r"p\.toml: field profile\.oversub_slowdown"):
+        load_profile(path)
+
+
+def test_validate_repredicts_stored_epoch_results(tmp_path, capsys):
+    # A stored result of the quick case (measured numbers made up: nothing is timed here).
+    from gnnpipe.bench.epoch import QUICK_CASES, world_topologies
+    from gnnpipe.bench import common as C
+    from gnnpipe.cli.plan import main
+
+    rows = [{"case": "sbm2k-gcnii4", "world": 4, "mode": t.mode, "config": C.label(t), "measured_s": m,
+             "run_min_s": m, "run_max_s": m, "compute_s": m, "comm_s": 0.0, "bubble_s": 0.0}
+            for t, m in zip(world_topologies(4), (0.1, 0.2, 0.3))]
+    assert "sbm2k-gcnii4" in QUICK_CASES
+    d = tmp_path / "epoch"
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps({"rows": rows}))
+    assert main(["validate", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["config"] for r in out["rows"]] == ["G4", "P4c16", "H2x2c8"]
+    assert all(r["pred_s"] > 0 and r["rel_err"] == pytest.approx((r["pred_s"] - r["measured_s"]) / r["measured_s"])
+               for r in out["rows"])
+    assert len(out["planner"]) == 1 and out["planner"][0]["fastest"] == "G4"
+    (d / "results.json").write_text("{not json")
+    assert main(["validate", str(d)]) == 2
+    assert "not a readable epoch results.json" in capsys.readouterr().err
