@@ -46,7 +46,7 @@ METIS_MODES = ("auto", "plain", "multilevel")
 #: coarsening, refinement, chunking and statistics the rest.
 METIS_BUDGET_CSRS = 2
 #: Graphs whose plain METIS needs at most this much are never coarsened by ``auto``.
-METIS_PLAIN_FLOOR_BYTES = 256 << 20
+METIS_PLAIN_FLOOR_BYTES = 512 << 20
 PLAN_FORMAT = "gnnpipe-partition"
 PLAN_FORMAT_VERSION = 1
 META_FILE = "META.json"
@@ -247,7 +247,7 @@ def partition_nodes(
         metis_mode: ``"plain"`` (METIS on the whole graph), ``"multilevel"`` (coarsen in
             numpy first, METIS on the coarse graph, refine while projecting back; see
             :mod:`gnnpipe.partition.coarsen`) or ``"auto"`` (multilevel when plain
-            METIS's predicted memory exceeds ``max(metis_budget, 256 MiB)``).
+            METIS's predicted memory exceeds ``max(metis_budget, 512 MiB)``).
         metis_budget: bytes METIS may use (multilevel coarsens until the coarse graph
             fits); None → twice the graph's int64 CSR bytes (:data:`METIS_BUDGET_CSRS`).
 
