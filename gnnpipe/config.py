@@ -74,6 +74,8 @@ class TrainConfig:
     checkpoint_every: int = _f(0, "checkpoint every N epochs (0: never)")
     resume: str | None = _f(None, "resume from this run/checkpoint directory")
     progress: bool = _f(True, "progress bar on rank 0")
+    lean_memory: bool = _f(False, "return freed tensors to the OS at once (glibc mmap threshold 1 MiB): "
+                           "about half the peak RSS on CPU, epochs about 2.5x slower")
 
     def __post_init__(self) -> None:
         self.validate()

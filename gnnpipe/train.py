@@ -318,6 +318,11 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
     out = Path(out) if out is not None else None
     err: GnnpipeError | None = None
     resumed: tuple[Path, dict] | None = None
+    from gnnpipe.parallel.alloc import lean_allocator
+
+    # Before any tensor of the run exists; off unless asked (--lean-memory or
+    # GNNPIPE_MMAP_THRESHOLD): it halves peak RSS on CPU but slows epochs (see the module).
+    lean_allocator(cfg.lean_memory)
     try:
         graph = load_graph_for(cfg)
         ex, plan = build_executor(cfg, comm, graph)

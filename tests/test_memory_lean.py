@@ -191,3 +191,23 @@ def test_lean_allocator_threshold(env, expect):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "GNNPIPE_MMAP_THRESHOLD": env})
     assert out.stdout.split() == [str(expect)] * 2
+
+
+@pytest.mark.parametrize("flag,env,expect", [(False, None, 0), (True, None, 1 << 20), (False, "2097152", 2097152),
+                                             (True, "0", 0)])
+def test_train_sets_the_allocator_only_when_asked(tmp_path, flag, env, expect):
+    """Training leaves malloc alone by default (the lean setting costs epoch time); --lean-memory
+    or GNNPIPE_MMAP_THRESHOLD turn it on, and the variable wins over the flag."""
+    import os
+
+    code = ("import sys; from gnnpipe.config import TrainConfig; from gnnpipe.train import train; "
+            "from gnnpipe.comm import SingleProcessCommunicator; from gnnpipe.parallel import alloc; "
+            f"train(TrainConfig(synth_nodes=200, epochs=1, layers=2, mode='graph', model='gcn', progress=False, "
+            f"lean_memory={flag}), SingleProcessCommunicator(), out=sys.argv[1]); print(alloc._done or 0)")
+    e = {k: v for k, v in os.environ.items() if k != "GNNPIPE_MMAP_THRESHOLD"}
+    if env is not None:
+        e["GNNPIPE_MMAP_THRESHOLD"] = env
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True,
+                         env=e, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == str(expect)

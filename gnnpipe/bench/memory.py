@@ -6,7 +6,10 @@ figure is ``peak_rss_mb`` of ``metrics.jsonl``, the largest rank's. RSS includes
 interpreter, torch and PyG (about 0.3 GB per rank, the profile's ``base_mem_bytes``) and
 the mapped pages of the dataset that rank touched. Pipeline and hybrid runs take their
 history snapshot every epoch (``--snapshot-period 1``) so that two epochs reach the
-steady state of a long run (which holds it from epoch 23 on). The prediction is
+steady state of a long run (which holds it from epoch 23 on). Runs use ``--lean-memory``
+(freed tensors go back to the system at once), so RSS follows what the rank holds, which
+is what the model counts; the default allocator keeps freed heap memory and peaks up to
+about 2x higher (see :mod:`gnnpipe.parallel.alloc`). The prediction is
 :func:`gnnpipe.plan.predict`'s ``peak_mem_bytes`` (the busiest rank) with profile
 ``cpu-this-machine``.
 """
@@ -58,7 +61,7 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
             # Snapshot every epoch: the history snapshot (taken every 23 epochs by default)
             # is then held in epoch 2, so 2 epochs show a long run's steady state.
             snap = ["--snapshot-period", "1"] if t.mode != "graph" else []
-            jobs.append(C.Job(jname, ["--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
+            jobs.append(C.Job(jname, ["--lean-memory", "--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
                                       "--hidden", str(d), "--epochs", "2", "--eval-every", "100000", *snap,
                                       *C.topo_flags(t)], t.world))
     res = C.run_jobs(jobs, out_dir / "runs", fresh=True, progress=progress, desc="memory")

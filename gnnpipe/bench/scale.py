@@ -6,7 +6,8 @@ pipeline S=4 C=16, hybrid 2×2 C=8). Each graph is generated once with ``gnnpipe
 synth rmat`` into ``<out>/scale/data/`` and partitioned once per layout with
 ``gnnpipe-partition`` (METIS by default; ``--method random`` is the cheap fallback; the
 table says which was used). Every point runs in its own ``mpirun`` for 2 epochs (the
-second is reported) so that ``peak_rss_mb`` is its own. A point whose predicted memory
+second is reported) so that ``peak_rss_mb`` is its own, with ``--lean-memory`` (RSS follows
+what a rank holds; see :mod:`gnnpipe.parallel.alloc`: epochs are slower for it). A point whose predicted memory
 (:func:`gnnpipe.plan.predict`, 4 ranks on this one machine) times :data:`MEM_SAFETY` of its mode
 exceeds 85 % of the memory available now is skipped and marked so, instead of driving the
 shared machine out of memory.
@@ -167,7 +168,7 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                 (out_dir / "partial.json").write_text(json.dumps(rows, indent=1))
                 continue
             name = f"rmat{n}-{C.label(t)}"
-            res = C.run_jobs([C.Job(name, ["--dataset", str(gdir), "--plan", str(plans[C.label(t)]), "--model", MODEL,
+            res = C.run_jobs([C.Job(name, ["--lean-memory", "--dataset", str(gdir), "--plan", str(plans[C.label(t)]), "--model", MODEL,
                                            "--layers", str(LAYERS), "--hidden", str(HIDDEN), "--epochs", "2",
                                            "--eval-every", "100000", *C.topo_flags(t)], t.world)],
                              out_dir / "runs", fresh=True, progress=progress, desc=f"scale {n:,} {C.label(t)}",

@@ -155,9 +155,6 @@ class GraphParallelExecutor:
 
     def __init__(self, comm, local, halo_features, model: GNN, optimizer, num_train_global: int,
                  seed: int = 0, multilabel: bool = False, device: str = "cpu") -> None:
-        from gnnpipe.parallel.alloc import lean_allocator
-
-        lean_allocator()  # freed activations go back to the system (see gnnpipe.parallel.alloc)
         self.comm = comm
         self.local = local
         self.model = model

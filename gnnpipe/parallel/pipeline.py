@@ -653,9 +653,6 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     from gnnpipe.partition import assign_layers, layer_costs, relabel_graph
     from gnnpipe.train import plan_for
 
-    from gnnpipe.parallel.alloc import lean_allocator
-
-    lean_allocator()  # freed activations go back to the system (see gnnpipe.parallel.alloc)
     hybrid = cfg.mode == "hybrid"
     D = cfg.ways if hybrid else 1
     if hybrid and D < 2:
