@@ -88,6 +88,8 @@ than ``mem_bytes`` is rejected, with why.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import math
 import os
@@ -943,6 +945,14 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         T.append(comp)
         halo_T.append(halo)
     _ = n_x_first
+    r_host, c_host = prof.ranks_on_host(D * S), prof.cores_per_host
+    if r_host > c_host and max(T) > 0:
+        # Time-shared cores and unequal stages: a stage blocked on a receive gives its core
+        # away, so the busiest stage gets more than the fair share c/r — the host's demand
+        # (r ranks x the mean stage) over c cores, never less than its own work on one core.
+        relief = max(c_host / r_host, sum(T) / len(T) / max(T))
+        T = [t * relief for t in T]
+        stages = [dataclasses.replace(x, compute_s=x.compute_s * relief) for x in stages]
     # Per-chunk message time over each boundary (the busiest way's, rank = way·S + stage).
     t_b = []
     for b in range(S - 1):

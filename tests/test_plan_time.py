@@ -132,3 +132,24 @@ def test_validate_repredicts_stored_epoch_results(tmp_path, capsys):
     (d / "results.json").write_text("{not json")
     assert main(["validate", str(d)]) == 2
     assert "not a readable epoch results.json" in capsys.readouterr().err
+
+
+def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
+    """4 stages on 2 cores: the busiest stage runs at max(its own work, the host's demand
+    over the cores) — not at its work times ranks/cores when the other stages wait."""
+    st = GraphStats(20000, 200000, 2000, 8, name="wide").with_parts(
+        [PartInfo(1, 0, 20000, 200000, 0, "whole graph", {}, {16: 60000}),
+         PartInfo(4, 12000, 5000, 50000, 3000, "test")])
+    spec, topo = ModelSpec("gcn", 8, 64), Topology("pipeline", 1, 4, 16)  # F=2000: stage 0 is heavy
+    flat = dict(shared_slowdown=1.0, oversub_slowdown=1.0)
+    alone = predict(st, spec, topo, replace(cpu, cores_per_host=4.0, **flat))  # one core per stage
+    shared = predict(st, spec, topo, replace(cpu, cores_per_host=2.0, **flat))
+    raw = [x.compute_s for x in alone.per_stage]
+    assert max(raw) > 1.5 * sorted(raw)[-2]  # unequal indeed
+    want = max(max(raw), 4 * (sum(raw) / 4) / 2.0)
+    assert max(x.compute_s for x in shared.per_stage) == pytest.approx(want, rel=1e-9)
+    assert want < 2.0 * max(raw)  # better than the fair share r/c applied to the busiest stage
+    # Equal demand everywhere (graph mode) keeps the fair share.
+    g_alone = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=4.0, **flat))
+    g_shared = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=2.0, **flat))
+    assert g_shared.compute_s == pytest.approx(2.0 * g_alone.compute_s, rel=1e-9)
