@@ -153,3 +153,16 @@ def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
     g_alone = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=4.0, **flat))
     g_shared = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=2.0, **flat))
     assert g_shared.compute_s == pytest.approx(2.0 * g_alone.compute_s, rel=1e-9)
+
+
+def test_calibrate_measures_the_base_memory_of_a_rank():
+    """The profile's per-rank base is measured (a fresh process trains a 400-node graph), not
+    written by hand: it must at least hold torch and PyG, and not be graph-sized."""
+    import resource
+
+    from gnnpipe.cli.plan import measure_base_mem
+
+    base = measure_base_mem()
+    here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # this test process
+    assert 1e8 < base < 2e9
+    assert base > 0.5 * min(here, 4e8)  # the same libraries are loaded here

@@ -449,6 +449,33 @@ def _contention_worker(barrier, reps: int, q) -> None:
     q.put(statistics.median(ts))
 
 
+_BASE_PROBE = """
+import resource, sys
+from mpi4py import MPI  # noqa: F401  (an MPI rank has it loaded)
+from gnnpipe.comm import SingleProcessCommunicator
+from gnnpipe.config import TrainConfig
+from gnnpipe.train import train
+train(TrainConfig(synth_nodes=400, synth_features=8, epochs=2, eval_every=1, layers=4, hidden=16,
+                  mode="graph", model="gcn", progress=False), SingleProcessCommunicator(), out=sys.argv[1])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def measure_base_mem() -> float:
+    """Peak RSS of a rank that trains a 400-node graph: the interpreter, torch, PyG and
+    mpi4py loaded, allocator and thread pools warmed — what every rank holds before any
+    graph-sized data (the profile's ``base_mem_bytes``). Runs in a fresh process."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", _BASE_PROBE, str(Path(tmp) / "run")], capture_output=True,
+                             text=True, timeout=300)
+    if out.returncode != 0:
+        raise GnnpipeError(f"calibrate: the base-memory probe failed: {out.stderr.strip()[-500:]}")
+    return float(out.stdout.split()[-1])
+
+
 def measure_contention(cores: int, quick: bool = False) -> dict:
     """Slow-down of real unit work (a GCNII model's forward + backward, one thread per
     process) when ``cores`` processes run it at once (every core busy: shared memory
@@ -592,6 +619,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     mk = measure_contention(cores, quick=args.quick)
     mcoll = measure_collectives(cores, quick=args.quick) if not args.no_p2p else {}
     total = psutil.virtual_memory().total
+    base_mem = measure_base_mem()
     prof = HardwareProfile(
         name="cpu-this-machine",
         gemm_flops_s=m["gemm_flops_s"], spmm_edge_width_s=mu["spmm_edge_width_s"], mem_bytes_s=mu["mem_bytes_s"],
@@ -600,7 +628,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         inter_bw_bytes_s=m.get("bw_bytes_s", 1e9), inter_latency_s=m.get("latency_s", 5e-5),
         # Every rank of a run here is on this one host: the planner's worlds (up to 64
         # ranks) all share its cores.
-        devices_per_node=64, mem_bytes=total / cores, base_mem_bytes=3.0e8,
+        devices_per_node=64, mem_bytes=total / cores, base_mem_bytes=base_mem,
         cores_per_host=float(cores), gather_bytes_s=mc["gather_bytes_s"], chunk_overhead_s=mc["chunk_overhead_s"],
         coll_overhead_s=mcoll.get("coll_overhead_s", 0.0), oversub_wait_s=mcoll.get("oversub_wait_s", 0.0),
         shared_slowdown=mk["shared_slowdown"], oversub_slowdown=mk["oversub_slowdown"],
@@ -611,6 +639,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     comments = [
         "Measured on this machine by `gnnpipe-plan calibrate` (scripts/calibrate.py), 1 thread per process.",
         f"GEMM: [N x 256] @ [256 x 256], {m['gemm_flops_s'] / 1e9:.1f} GFLOP/s.",
+        f"Base memory per rank: {base_mem / 1e6:.0f} MB, the peak RSS of a process training a 400-node graph.",
         f"SpMM kernel (not used by the model, see the fit below): torch.sparse.mm, random CSR, 10,000 rows, degree 40, "
         f"edge*width/s by width: {spmm}.",
         f"Copy bandwidth (not used by the model): tensor copy, read + write bytes / s = {m['mem_bytes_s'] / 1e9:.2f} GB/s.",
