@@ -1084,18 +1084,23 @@ def chunk_facts(graph, parts: int, chunks: int, seed: int = 0, method: str = "me
     """(Σ_w Σ_k M_{w,k}, the largest part's Σ_k |out-of-chunk neighbours of k|) of the plan
     ``gnnpipe-train`` builds for ``parts`` ways and ``chunks`` chunks per way (same method
     and seed): the hybrid's per-chunk halo and the rows a stage gathers from history."""
-    import numpy as np
-
     from gnnpipe.partition.plan import build_plan
 
-    plan = build_plan(graph, parts, chunks, method=method, seed=seed, stats=False)
+    return chunk_facts_of_plan(graph, build_plan(graph, parts, chunks, method=method, seed=seed, stats=False))
+
+
+def chunk_facts_of_plan(graph, plan) -> tuple[int, int]:
+    """:func:`chunk_facts` of an existing plan of ``graph`` (e.g. one on disk)."""
+    import numpy as np
+
     ip, ix = np.asarray(graph.indptr, dtype=np.int64), np.asarray(graph.indices, dtype=np.int64)
     n = ip.size - 1
     part, chunk = np.asarray(plan.part, dtype=np.int64), np.asarray(plan.chunk, dtype=np.int64)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ip))
     out = chunk[ix] != chunk[src]
     # Distinct (chunk, neighbour) pairs, counted per part (global chunk k = p·C + j).
-    per_part = volume.count_distinct(chunk[src[out]] * n + ix[out], parts * int(plan.num_chunks) * n, parts)
+    P = int(plan.num_parts)
+    per_part = volume.count_distinct(chunk[src[out]] * n + ix[out], P * int(plan.num_chunks) * n, P)
     return volume.chunk_halo_sum(ip, ix, part, chunk), int(per_part.max())
 
 

@@ -24,6 +24,7 @@ from typing import Sequence
 
 from gnnpipe.bench import common as C
 from gnnpipe.bench.epoch import world_topologies
+from gnnpipe.plan import chunk_facts_of_plan
 
 SIZES = (31_250, 62_500, 125_000, 250_000, 1_000_000)
 #: A point runs only if this multiple of the predicted memory of its 4 ranks fits in 85 %
@@ -63,28 +64,6 @@ def prepare(data: Path, n: int, method: str, topos, log_path: Path) -> tuple[Pat
                                                                            str(pdir), "--force"], log_path)
         plans[C.label(t)] = pdir
     return gdir, plans, times
-
-
-def chunk_facts_of_plan(g, plan) -> tuple[int, int]:
-    """(Σ_w Σ_k M_{w,k}, the largest way's Σ_k |out-of-chunk neighbours of chunk k|) of a
-    plan on disk: the hybrid's per-chunk halo and the neighbour rows whose saved tensors
-    a pipeline stage keeps (the same facts :func:`gnnpipe.plan.chunk_facts` computes after
-    partitioning again), one pass over the edges."""
-    import numpy as np
-
-    n = int(g.num_nodes)
-    ip = np.asarray(g.indptr, dtype=np.int64)
-    chunk = np.asarray(plan.chunk, dtype=np.int64)  # global chunk id p·C + k
-    ch_of_src = np.repeat(chunk, np.diff(ip))
-    cols = np.asarray(g.indices, dtype=np.int64)
-    out = chunk[cols] != ch_of_src
-    keys = np.unique(ch_of_src[out] * n + cols[out])
-    del ch_of_src, out, cols
-    kchunk = keys // n
-    way = kchunk // int(plan.num_chunks)
-    per_way = np.bincount(way, minlength=int(plan.num_parts))
-    other = np.asarray(plan.part, dtype=np.int64)[keys - kchunk * n] != way
-    return int(np.count_nonzero(other)), int(per_way.max())
 
 
 def _stats(gdir: Path, plans: dict, topos):
