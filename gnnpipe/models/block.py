@@ -154,6 +154,11 @@ class Block:
     def nnz(self) -> int:
         return int(self.indices.numel())
 
+    def drop_cache(self) -> None:
+        """Forget every derived matrix (normalised CSR, transpose, row ids); they are rebuilt
+        on next use. For blocks used rarely, e.g. the evaluation block between evaluations."""
+        self._cache.clear()
+
     def _cached(self, key: str, make):
         v = self._cache.get(key)
         if v is None:

@@ -257,8 +257,10 @@ class PipelineStage:
         # src rows are gathered when the chunk runs (keeping every chunk's src rows would
         # hold Σ_k |src(k)| ≈ 3-5·N rows). Sparse features keep per-chunk copies.
         self.x: torch.Tensor | None = None
+        self.x_src_ids: list = []  # per chunk, the rows of ``self.x`` its first unit reads
         if first_unit == 0 and _is_dense(x):
             self.x = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))
+            self.x_src_ids = [ch.src_ids() for ch in chunks]
         elif first_unit == 0:
             for ch in chunks:
                 ids = np.arange(ch.lo, ch.hi, dtype=np.int64)
@@ -318,7 +320,7 @@ class PipelineStage:
         for pos, u in enumerate(self.units):
             if u.aggregates:
                 if self.first_unit == 0 and pos == 0:
-                    h_src = self.x_src[k] if self.x is None else self.x.index_select(0, ch.src_ids())
+                    h_src = self.x_src[k] if self.x is None else self.x.index_select(0, self.x_src_ids[k])
                 elif self.way is not None and self.way.exchanger is not None:
                     # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
                     # and their gradients return inside autograd, as in graph parallelism.
@@ -616,7 +618,7 @@ class PipelineExecutor:
             u.train()
         # The whole-part block's normalised CSR and its transpose (~16 bytes per edge) are
         # rebuilt at the next evaluation rather than held through the training epochs between.
-        ev.chunks[0].block._cache.clear()
+        ev.chunks[0].block.drop_cache()
         counts = torch.zeros(6, dtype=torch.float64)
         if not last:
             comm.send(self._pack(out, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category="eval")
