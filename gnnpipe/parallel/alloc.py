@@ -5,13 +5,15 @@ on ``free``; but every time such a block is freed the threshold rises to its siz
 32 MiB), so from then on tensors of that size come from the heap, where freed blocks stay
 resident and fragment between long-lived tensors (what autograd saves). A training rank
 allocates and frees tensors of the same few sizes every unit and chunk; with the dynamic
-threshold its RSS was about twice what it holds (graph mode, 200k-node SBM, GCN-16:
-3.9 GB peak RSS for 1.9 GB of live tensors). A fixed threshold keeps every tensor of at
-least :data:`DEFAULT_THRESHOLD` bytes in its own mapping, returned when it dies.
+threshold its RSS grows to about twice what it holds. A fixed threshold keeps every tensor
+of at least :data:`DEFAULT_THRESHOLD` bytes in its own mapping, returned when it dies.
 
 The price is speed: every big tensor then gets fresh pages from the kernel (page faults,
-zeroing, unmapping) instead of reusing heap memory. Measured here (one process, 100k-node
-SBM, GCN-16, d = 64): peak RSS 3.2 GB -> 1.4 GB, epoch 2.4 s -> 6.2 s. So training enables
+zeroing, unmapping) instead of reusing heap memory. Measured here (2026-12-02, idle 2-core
+machine, two runs each) with ``GNNPIPE_MMAP_THRESHOLD=0`` and ``=1048576`` in front of
+``gnnpipe-train --mode graph --model gcn --layers 16 --hidden 64 --synth-nodes 100000
+--epochs 4 --eval-every 100`` (one process): peak RSS 3.2 GB -> 1.4 GB, epoch 2.4 s ->
+6.2 s. So training enables
 it only when asked (``gnnpipe-train --lean-memory``); ``gnnpipe-partition``, a one-off whose
 target is memory, always does.
 
