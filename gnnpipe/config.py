@@ -66,6 +66,9 @@ class TrainConfig:
     shuffle: bool = _f(True, "random chunk order every epoch, same on every stage")
     grad_fix: bool = _f(True, "drop stale cross-chunk gradients, scale fresh ones")
     snapshot_period: int = _f(23, "refresh the historical-embedding snapshot every K epochs (0: off)")
+    history_dtype: str = _f("float32", "pipeline/hybrid: storage dtype of the historical embeddings, cross-chunk "
+                            "gradients and snapshot (bfloat16 halves them; reads upcast to float32)",
+                            choices=("float32", "bfloat16"))
     comm: str = _f("auto", "communicator: torch (Gloo/NCCL), mpi (mpi4py), auto (mpi under mpirun)", choices=("auto", "torch", "mpi"))
     device: str = _f("cpu", "cpu or cuda", choices=("cpu", "cuda"))
     threads: int = _f(0, "intra-op threads per rank (0: cores / ranks on this host)")
@@ -94,6 +97,8 @@ class TrainConfig:
         for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "checkpoint_every"):
             if getattr(self, name) < 0:
                 bad(name, getattr(self, name), "an integer >= 0")
+        if self.history_dtype not in ("float32", "bfloat16"):
+            bad("history_dtype", self.history_dtype, "'float32' or 'bfloat16'")
         if not 0.0 <= self.dropout < 1.0:
             bad("dropout", self.dropout, "a probability in [0, 1)")
         if self.lr <= 0:

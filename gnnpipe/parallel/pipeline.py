@@ -80,7 +80,7 @@ def _is_dense(x) -> bool:
 
 
 class _GradSink:
-    """Receives the gradient of a chunk's neighbour rows (see :class:`_NbrRows`)."""
+    """Receives the gradient of rows that entered autograd through :class:`_Sunk`."""
 
     __slots__ = ("anchor", "grad")
 
@@ -89,18 +89,20 @@ class _GradSink:
         self.grad: torch.Tensor | None = None
 
 
-class _NbrRows(torch.autograd.Function):
-    """``hist[ids]`` whose gradient lands in a :class:`_GradSink`.
+class _Sunk(torch.autograd.Function):
+    """Rows made by ``make()`` (or the tensor ``x``) whose gradient lands in a :class:`_GradSink`.
 
-    A requires-grad leaf of the gathered rows would do the same, but autograd keeps a leaf
-    (and its data: m·d_in values per unit and chunk) alive until the backward; here only
-    the ids are kept. The gradient is the same tensor the leaf's ``.grad`` would hold.
+    A requires-grad leaf would do the same, but autograd keeps a leaf (and its data) alive
+    until the backward; here nothing is kept: whether the rows stay alive is up to the
+    units that read them. Used for a chunk's neighbour rows gathered from history (m·d_in
+    values per unit and chunk) and for the activations a stage receives. The gradient is
+    the same tensor the leaf's ``.grad`` would hold.
     """
 
     @staticmethod
-    def forward(ctx, anchor, hist, ids, sink):  # type: ignore[override]
+    def forward(ctx, anchor, x, make, sink):  # type: ignore[override]
         ctx.sink = sink
-        return hist.index_select(0, ids)
+        return x.view_as(x) if x is not None else make()
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
@@ -108,14 +110,57 @@ class _NbrRows(torch.autograd.Function):
         return None, None, None, None
 
 
+class _InjectGrad(torch.autograd.Function):
+    """Identity on a unit's input ``h`` of chunk ``k``; its backward adds the fresh
+    cross-chunk gradient ``G_u[chunk rows] · grad_scale``, read at backward time (``G_u``
+    changes only after a chunk's backward, so this equals injecting it as an extra
+    backward root when the backward starts, without keeping ``h`` alive until then)."""
+
+    @staticmethod
+    def forward(ctx, h, stage, pos, k):  # type: ignore[override]
+        ctx.stage, ctx.pos, ctx.k = stage, pos, k
+        return h.view_as(h)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        return ctx.stage._fresh_grad(ctx.pos, ctx.k, g), None, None, None
+
+
+class _Root(torch.autograd.Function):
+    """A 0-d backward root standing for a stage's chunk outputs: its backward hands each
+    output the gradient put in ``box`` (the next stage's), so the stage keeps this root
+    until the chunk's backward instead of the outputs and their data."""
+
+    @staticmethod
+    def forward(ctx, box, *outs):  # type: ignore[override]
+        ctx.box = box
+        return outs[0].new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _g):  # type: ignore[override]
+        grads = ctx.box
+        ctx.box = None
+        return (None, *grads)
+
+
+def _acc_rows(buf: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
+    """``buf[ids] += rows`` (``ids`` unique); a low-precision ``buf`` adds in float32 and
+    rounds once."""
+    if buf.dtype == rows.dtype == torch.float32:
+        buf.index_add_(0, ids, rows)
+    elif ids.numel():
+        buf.index_copy_(0, ids, buf.index_select(0, ids).float().add_(rows.float()).to(buf.dtype))
+
+
 @dataclass
 class _ChunkState:
-    inputs: list = field(default_factory=list)     # (unit position, input tensor) for G injection
     nbr_leaves: list = field(default_factory=list)  # (unit position, _GradSink of neighbour rows)
-    h_in: torch.Tensor | None = None
-    carry_in: dict = field(default_factory=dict)
-    out: torch.Tensor | None = None
-    carry_out: dict = field(default_factory=dict)
+    h_in: _GradSink | None = None                   # gradient of the received rows
+    carry_in: dict = field(default_factory=dict)    # key -> _GradSink
+    h_in_shape: tuple = ()
+    root: torch.Tensor | None = None                # _Root over the outputs (not on the last stage)
+    out_req: list = field(default_factory=list)     # which outputs the root stands for: None (h) / carry keys
+    box: list = field(default_factory=list)         # their gradients, filled at backward
     loss: torch.Tensor | None = None
 
 
@@ -130,12 +175,18 @@ class WayLink:
     owners' cross-chunk gradient buffers (visible from the next slot on, like every other
     cross-chunk gradient).
 
+    A way's history and gradient buffers hold only its own part's rows (row ``i - lo`` is
+    node ``i``): it writes no other rows, and the other ways' rows it reads are received
+    for the chunk that reads them, so they need not persist.
+
     Attributes:
         comm: the stage communicator (rank = way).
         lo, hi: this way's part (relabelled id range).
         recv_ids[k][q]: ids of way q's part that local chunk k of this way needs (sorted).
         recv_pos[k][q]: their positions in chunk k's ``nbr_ids``.
         send_ids[k][q]: ids of this way's part that chunk k of way q needs (sorted).
+        own_pos[k] / own_rows[k]: positions in chunk k's ``nbr_ids`` of this part's ids, and
+            their rows in this way's buffers.
         exchanger: exact mode: the autograd halo exchange of the whole part.
     """
 
@@ -145,30 +196,39 @@ class WayLink:
     recv_ids: list
     recv_pos: list
     send_ids: list
+    own_pos: list = field(default_factory=list)
+    own_rows: list = field(default_factory=list)
     exchanger: object = None
 
-    def exchange_rows(self, hist: torch.Tensor, k: int) -> None:
-        """Overwrite chunk k's remote neighbour rows of ``hist`` with the owners' rows."""
+    @property
+    def rows(self) -> int:
+        return self.hi - self.lo
+
+    def gather(self, hist: torch.Tensor, k: int, m: int) -> torch.Tensor:
+        """float32 [m, d] chunk k's neighbour rows: this part's from ``hist``, the others'
+        from their owners' buffers (one all-to-all)."""
         d = hist.shape[1]
-        send = [hist.index_select(0, ids) for ids in self.send_ids[k]]
+        send = [hist.index_select(0, ids - self.lo) for ids in self.send_ids[k]]
         recv = [hist.new_empty((ids.numel(), d)) for ids in self.recv_ids[k]]
         self.comm.all_to_all(send, recv, category="halo_fwd")
-        for ids, rows in zip(self.recv_ids[k], recv):
-            if ids.numel():
-                hist.index_copy_(0, ids, rows)
+        out = torch.empty((m, d), dtype=torch.float32)
+        out.index_copy_(0, self.own_pos[k], hist.index_select(0, self.own_rows[k]).float())
+        for pos, rows in zip(self.recv_pos[k], recv):
+            if pos.numel():
+                out.index_copy_(0, pos, rows.float())
+        return out
 
-    def return_grads(self, gacc: torch.Tensor, nbr_ids: torch.Tensor, grad: torch.Tensor, k: int) -> None:
-        """Own-part rows of ``grad`` into ``gacc``; remote rows to their owners' ``gacc``."""
-        own = (nbr_ids >= self.lo) & (nbr_ids < self.hi)
-        if bool(own.any()):
-            gacc.index_add_(0, nbr_ids[own], grad[own])
+    def return_grads(self, gacc: torch.Tensor, grad: torch.Tensor, k: int) -> None:
+        """This part's rows of ``grad`` (chunk k's neighbour rows) into ``gacc``; the
+        others to their owners' ``gacc``."""
+        _acc_rows(gacc, self.own_rows[k], grad.index_select(0, self.own_pos[k]))
         d = gacc.shape[1]
-        send = [grad.index_select(0, pos) for pos in self.recv_pos[k]]
+        send = [grad.index_select(0, pos).to(gacc.dtype) for pos in self.recv_pos[k]]
         recv = [gacc.new_empty((ids.numel(), d)) for ids in self.send_ids[k]]
         self.comm.all_to_all(send, recv, category="halo_bwd")
         for ids, rows in zip(self.send_ids[k], recv):
             if ids.numel():
-                gacc.index_add_(0, ids, rows)
+                _acc_rows(gacc, ids - self.lo, rows)
 
 
 def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool) -> WayLink:
@@ -183,10 +243,13 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
         owner = np.searchsorted(part_ptr, ids, side="right") - 1
         return [ids[owner == q] for q in range(D)]
 
-    recv_ids, recv_pos, send_ids = [], [], []
+    recv_ids, recv_pos, send_ids, own_pos, own_rows = [], [], [], [], []
     for k in range(C):
         mine = chunks_all[way * C + k].nbr_ids.numpy()
         groups = by_owner(mine)
+        own = np.flatnonzero((mine >= lo) & (mine < hi))
+        own_pos.append(torch.from_numpy(own))
+        own_rows.append(torch.from_numpy(mine[own] - lo))
         groups[way] = groups[way][:0]
         recv_ids.append([torch.from_numpy(g) for g in groups])
         recv_pos.append([torch.from_numpy(np.searchsorted(mine, g)) for g in groups])
@@ -195,7 +258,7 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
             theirs = chunks_all[q * C + k].nbr_ids.numpy()
             sends.append(torch.from_numpy(theirs[(theirs >= lo) & (theirs < hi)] if q != way else theirs[:0]))
         send_ids.append(sends)
-    link = WayLink(cross, lo, hi, recv_ids, recv_pos, send_ids)
+    link = WayLink(cross, lo, hi, recv_ids, recv_pos, send_ids, own_pos, own_rows)
     if exact:
         if C != 1:
             raise GnnpipeError("internal: exact hybrid runs one chunk per way")
@@ -221,12 +284,24 @@ class PipelineStage:
         num_train_global: loss normaliser (training nodes in the whole graph).
         carry_out_keys: carry tensors to hand to the next stage.
         way: hybrid mode: this stage's link to the other ways (None for one way).
+        hist_dtype: storage dtype of the history, cross-chunk gradient and snapshot buffers
+            (reads upcast to float32, writes round).
+
+    Buffers per aggregating unit ``u`` whose input is trained (``R`` rows: N, or a hybrid
+    way's own part): ``H_u`` [R, d_in] always; ``G_u`` during the backward phase; ``S_u``
+    once a snapshot exists. While no snapshot exists ``H_u`` must survive into the next
+    epoch, so ``G_u`` is a buffer of its own; once one exists ``H_u`` is dead from the end
+    of the forward phase (the next epoch restores it from ``S_u``), so ``G_u`` reuses its
+    storage and the snapshot is taken at the end of the forward phase (``H_u`` is not
+    written in backward, so this equals taking it at the end of the epoch). Two buffers per
+    unit at any time.
     """
 
     def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
                  labels, train_mask, masks: dict, num_train_global: int, is_last: bool,
                  opts: StaleOptions, seed: int, multilabel: bool = False,
-                 carry_out_keys: tuple = (), way: WayLink | None = None) -> None:
+                 carry_out_keys: tuple = (), way: WayLink | None = None,
+                 hist_dtype: torch.dtype = torch.float32) -> None:
         self.units = list(units)
         self.way = way
         self.first_unit = first_unit
@@ -242,15 +317,22 @@ class PipelineStage:
         self.masks = {k: torch.as_tensor(np.asarray(v, dtype=bool)) for k, v in masks.items()}
         self.train_mask = self.masks.get("train") if train_mask is None else torch.as_tensor(np.asarray(train_mask, dtype=bool))
         # Units whose input is the constant features (only unit 0 of the model) need no history.
+        # Row r of a buffer is node row0 + r: every node with one way, a way's own part in
+        # hybrid mode (see WayLink).
+        self.hist_dtype = hist_dtype
+        stale_way = way is not None and way.exchanger is None
+        self.row0 = way.lo if stale_way else 0
+        self.rows = way.rows if stale_way else self.N
         self.hist: dict[int, torch.Tensor] = {}
-        self.gacc: dict[int, torch.Tensor] = {}
+        self.gacc: dict[int, torch.Tensor] = {}  # G_u; aliases H_u in the backward phase once a snapshot exists
         self.snap: dict[int, torch.Tensor] | None = None
+        self._backward_phase = False
         needs_history = any(ch.nbr_ids.numel() for ch in chunks) and not (way is not None and way.exchanger is not None)
         for pos, u in enumerate(self.units):
-            if u.aggregates and not (first_unit == 0 and pos == 0) and (needs_history or way is not None and way.exchanger is None):
-                self.hist[pos] = torch.zeros(self.N, u.in_dim)
+            if u.aggregates and not (first_unit == 0 and pos == 0) and (needs_history or stale_way):
+                self.hist[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
                 if opts.grad_fix:
-                    self.gacc[pos] = torch.zeros(self.N, u.in_dim)
+                    self.gacc[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
         self.x_dst: list = []
         self.x_src: list = []
         # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
@@ -282,17 +364,52 @@ class PipelineStage:
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self.state.clear()
+        self._backward_phase = False
         if self.snap is not None:
+            self.gacc = {}  # G_u lives in H_u's storage during the backward phase only
             for pos, h in self.hist.items():
                 h.copy_(self.snap[pos])
 
+    def begin_backward(self) -> None:
+        """The turn from the forward to the backward phase (every stage runs all its
+        forwards before any backward): snapshot epochs take S ← H here; once a snapshot
+        exists, G_u takes over H_u's storage, zeroed."""
+        if self._backward_phase:
+            return
+        self._backward_phase = True
+        k = self.opts.snapshot_period
+        if k and (self.epoch + 1) % k == 0 and self.hist:
+            if self.snap is None:
+                self.gacc = {}  # the separate G buffers are all zero here: G is written only in backward
+                self.snap = {pos: h.clone() for pos, h in self.hist.items()}
+            else:
+                for pos, h in self.hist.items():
+                    self.snap[pos].copy_(h)
+        if self.snap is not None and self.opts.grad_fix:
+            self.gacc = {pos: h.zero_() for pos, h in self.hist.items()}
+
     def end_epoch(self) -> None:
+        self.begin_backward()  # (a no-op after any backward)
+        if self.snap is not None:
+            self.gacc = {}  # H_u's storage: restored from the snapshot by the next epoch
         for g in self.gacc.values():
             g.zero_()
         self.state.clear()
-        k = self.opts.snapshot_period
-        if k and (self.epoch + 1) % k == 0 and self.hist:
-            self.snap = {pos: h.clone() for pos, h in self.hist.items()}
+        self._backward_phase = False
+
+    def set_snapshot(self, snap: dict | None) -> None:
+        """Load a snapshot (checkpoint resume): copied into buffers of the history dtype."""
+        if snap is None:
+            self.snap = None
+            return
+        self.gacc = {}
+        self.snap = {pos: torch.empty_like(self.hist[pos]).copy_(v) for pos, v in snap.items()}
+
+    def _fresh_grad(self, pos: int, k: int, g: torch.Tensor) -> torch.Tensor:
+        """``g`` plus chunk k's rows of G_u times grad_scale (see :class:`_InjectGrad`)."""
+        ch = self.chunks[k]
+        rows = self.gacc[pos][ch.lo - self.row0 : ch.hi - self.row0]
+        return g + rows.float() * self.opts.grad_scale
 
     # ------------------------------------------------------------------ compute
     def forward_chunk(self, k: int, h_in: torch.Tensor | None, carry_in: dict, training: bool = True):
@@ -309,14 +426,21 @@ class PipelineStage:
         st = _ChunkState()
         if self.first_unit == 0:
             h = self.x[ch.lo : ch.hi] if self.x is not None else self.x_dst[k]
+        elif training:
+            st.h_in = _GradSink()
+            st.h_in_shape = tuple(h_in.shape)
+            h = _Sunk.apply(st.h_in.anchor, h_in.detach(), None, st.h_in)
         else:
-            h = h_in.detach().requires_grad_(training)
-            st.h_in = h
+            h = h_in
         carry = {}
         for key, t in carry_in.items():
-            leaf = t.detach().requires_grad_(training)
-            st.carry_in[key] = leaf
-            carry[key] = leaf
+            if training:
+                sink = _GradSink()
+                st.carry_in[key] = (sink, tuple(t.shape))
+                carry[key] = _Sunk.apply(sink.anchor, t.detach(), None, sink)
+            else:
+                carry[key] = t
+        r0 = self.row0
         for pos, u in enumerate(self.units):
             if u.aggregates:
                 if self.first_unit == 0 and pos == 0:
@@ -332,68 +456,65 @@ class PipelineStage:
                 else:
                     hist = self.hist[pos]
                     if training:
-                        hist[ch.lo : ch.hi] = h.detach()
+                        hist[ch.lo - r0 : ch.hi - r0] = h.detach()
+                        if self.opts.grad_fix and h.requires_grad:
+                            h = _InjectGrad.apply(h, self, pos, k)
+                    m = ch.nbr_ids.numel()
                     if self.way is not None:
-                        self.way.exchange_rows(hist, k)
+                        make = lambda hist=hist: self.way.gather(hist, k, m)  # noqa: E731
+                    else:
+                        make = lambda hist=hist: hist.index_select(0, ch.nbr_ids).float()  # noqa: E731
                     # With several ways every unit must take part in the backward exchange,
                     # even with no neighbour rows, so the collectives line up.
-                    if training and self.opts.grad_fix and (ch.nbr_ids.numel() or self.way is not None):
+                    if training and self.opts.grad_fix and (m or self.way is not None):
                         sink = _GradSink()
-                        nbr = _NbrRows.apply(sink.anchor, hist, ch.nbr_ids, sink)
+                        nbr = _Sunk.apply(sink.anchor, None, make, sink)
                         st.nbr_leaves.append((pos, sink))
                     else:
-                        nbr = hist.index_select(0, ch.nbr_ids)
-                    if training and pos in self.gacc:
-                        st.inputs.append((pos, h))
+                        nbr = make()
                     h_src = torch.cat([h, nbr], dim=0)
                 h, carry = u(h, carry, ctx, block=ch.block, h_src=h_src)
             else:
                 h, carry = u(h, carry, ctx, block=ch.block)
-        st.out = h
-        st.carry_out = {key: carry[key] for key in self.carry_out_keys}
+        carry_out = {key: carry[key] for key in self.carry_out_keys}
         if self.is_last and training:
             mask = self.train_mask[ch.lo : ch.hi]
             st.loss = loss_fn(h, self.labels[ch.lo : ch.hi], mask, multilabel=self.multilabel,
                               normalizer=self.num_train_global)
+        elif training:
+            outs = [(None, h)] + list(carry_out.items())
+            outs = [(key, t) for key, t in outs if t.requires_grad]
+            if outs:
+                st.out_req = [key for key, _ in outs]
+                st.box = []
+                st.root = _Root.apply(st.box, *[t for _, t in outs])
         if training:
             self.state[k] = st
-        return h, st.carry_out
+        return h, carry_out
 
     def backward_chunk(self, k: int, grad_out: torch.Tensor | None, grad_carry: dict):
         """Backward of chunk ``k``; returns (grad of the chunk's input rows, grads of carry_in)."""
+        self.begin_backward()
         st = self.state.pop(k)
         ch = self.chunks[k]
-        tensors: list[torch.Tensor] = []
-        grads: list[torch.Tensor] = []
         if self.is_last:
-            tensors.append(st.loss)
-            grads.append(torch.ones_like(st.loss))
-        else:
-            tensors.append(st.out)
-            grads.append(grad_out)
-            for key, t in st.carry_out.items():
-                if key in grad_carry and t.requires_grad:
-                    tensors.append(t)
-                    grads.append(grad_carry[key])
-        # Fresh cross-chunk gradients accumulated by chunks that ran backward before this one.
-        for pos, h in st.inputs:
-            g = self.gacc[pos][ch.lo : ch.hi]
-            if h.requires_grad:
-                tensors.append(h)
-                grads.append(g * self.opts.grad_scale)
-        torch.autograd.backward(tensors, grads)
+            torch.autograd.backward([st.loss], [torch.ones_like(st.loss)])
+        elif st.root is not None:
+            st.box.extend(grad_out if key is None else grad_carry.get(key) for key in st.out_req)
+            torch.autograd.backward([st.root])
         for pos, sink in st.nbr_leaves:
-            grad = sink.grad if sink.grad is not None else self.gacc[pos].new_zeros((ch.nbr_ids.numel(), self.gacc[pos].shape[1]))
+            gacc = self.gacc[pos]
             if self.way is not None:
-                self.way.return_grads(self.gacc[pos], ch.nbr_ids, grad, k)
+                grad = sink.grad if sink.grad is not None else torch.zeros(ch.nbr_ids.numel(), gacc.shape[1])
+                self.way.return_grads(gacc, grad, k)
             elif sink.grad is not None:
-                self.gacc[pos].index_add_(0, ch.nbr_ids, grad)
-        grad_in = st.h_in.grad if st.h_in is not None else None
-        if grad_in is None and st.h_in is not None:
-            grad_in = torch.zeros_like(st.h_in)
+                _acc_rows(gacc, ch.nbr_ids - self.row0 if self.row0 else ch.nbr_ids, sink.grad)
+        grad_in = None
+        if st.h_in is not None:
+            grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape)
         gcarry = {}
-        for key, leaf in st.carry_in.items():
-            gcarry[key] = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        for key, (sink, shape) in st.carry_in.items():
+            gcarry[key] = sink.grad if sink.grad is not None else torch.zeros(shape)
         loss = float(st.loss.detach()) if st.loss is not None else 0.0
         return grad_in, gcarry, loss
 
@@ -499,13 +620,21 @@ class PipelineExecutor:
         in_w = self._width(st.in_dim, in_keys)
         out_w = self._width(st.out_dim, out_keys)
         recvs: dict[tuple, tuple] = {}
-        for a in actions:  # post every receive up front: buffers total N rows per direction
-            if a.kind == ActionKind.RECV_F:
-                buf = torch.empty(st.chunks[a.chunk].size, in_w)
-                recvs[("F", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk))
-            elif a.kind == ActionKind.RECV_B:
-                buf = torch.empty(st.chunks[a.chunk].size, out_w)
-                recvs[("B", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk + 1))
+
+        def post(kind) -> None:
+            # Every receive of a phase is posted when the phase starts (transfers overlap
+            # compute); a phase's buffers total N rows. The gradient receives wait for the
+            # backward phase, so the two phases' buffers are not held together.
+            for a in actions:
+                if a.kind == kind == ActionKind.RECV_F:
+                    buf = torch.empty(st.chunks[a.chunk].size, in_w)
+                    recvs[("F", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk))
+                elif a.kind == kind == ActionKind.RECV_B:
+                    buf = torch.empty(st.chunks[a.chunk].size, out_w)
+                    recvs[("B", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk + 1))
+
+        post(ActionKind.RECV_F)
+        b_posted = False
         sends = []
         inbox: dict[tuple, tuple] = {}
         outbox: dict[tuple, torch.Tensor] = {}
@@ -514,6 +643,17 @@ class PipelineExecutor:
         loss = 0.0
         for a in actions:
             k = a.chunk
+            if not b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
+                b_posted = True
+                post(ActionKind.RECV_B)
+            if sends:  # a completed send's buffer is freed now, not at the epoch's end
+                live = []
+                for w in sends:
+                    if w.is_completed():
+                        w.wait()
+                    else:
+                        live.append(w)
+                sends = live
             if a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
                 tag = "F" if a.kind == ActionKind.RECV_F else "B"
                 buf, work = recvs.pop((tag, k))
@@ -577,7 +717,8 @@ class PipelineExecutor:
             "first_unit": st.first_unit,
             "units": [u.state_dict() for u in st.units],
             "opt": self.opt.state_dict() if hasattr(self.opt, "state_dict") else {},
-            "hist": {k: v.clone() for k, v in st.hist.items()},
+            # with a snapshot the next epoch restores the history from it: H is not needed
+            "hist": {k: v.clone() for k, v in st.hist.items()} if st.snap is None else {},
             "snap": None if st.snap is None else {k: v.clone() for k, v in st.snap.items()},
         }
 
@@ -594,7 +735,7 @@ class PipelineExecutor:
             self.opt.load_state_dict(state["opt"])
         for k, v in state["hist"].items():
             st.hist[k].copy_(v)
-        st.snap = None if state["snap"] is None else {k: v.clone() for k, v in state["snap"].items()}
+        st.set_snapshot(state["snap"])
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
@@ -696,7 +837,8 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
     stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, rg.features if a == 0 else None,
                           rg.labels, None, masks, num_train, is_last, opts, cfg.seed,
-                          multilabel=graph.multilabel, carry_out_keys=out_keys, way=link)
+                          multilabel=graph.multilabel, carry_out_keys=out_keys, way=link,
+                          hist_dtype=getattr(torch, cfg.history_dtype))
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay) if params else _NoOpt()
     ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed,
