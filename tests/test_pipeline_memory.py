@@ -1,0 +1,172 @@
+"""What a pipeline stage holds between chunks and epochs.
+
+* per aggregating unit at most two [R, d_in] buffers at any time: H and G before the first
+  snapshot, then H (whose storage G takes over in the backward phase) and S;
+* the stage keeps neither unit inputs nor received activations until the flush;
+* ``--history-dtype bfloat16`` halves the buffers and still trains (one process and hybrid);
+* a hybrid way's buffers hold only its own part's rows.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+from rankfns import _cfg  # noqa: E402
+
+from gnnpipe.comm import SingleProcessCommunicator  # noqa: E402
+from gnnpipe.data import synthetic  # noqa: E402
+from gnnpipe.models import ModelConfig, build_model  # noqa: E402
+from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
+from gnnpipe.parallel.pipeline import PipelineStage, StaleOptions  # noqa: E402
+from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
+from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.train import build_executor, load_graph_for  # noqa: E402
+
+ENV = {"PYTHONPATH": str(TESTS)}
+
+
+def _middle_stage(snapshot_period: int, hist_dtype=torch.float32):
+    g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
+    plan = build_plan(g, parts=1, chunks=4, method="random", seed=0, stats=False)
+    rg = relabel_graph(g, plan)
+    model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=4, hidden=16), seed=0)
+    chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, rg.degrees().astype(np.float32), orig=plan.perm)
+    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
+    return PipelineStage(list(model.units)[1:3], 1, chunks, rg.num_nodes, None, rg.labels, None, masks, 100,
+                         False, StaleOptions(snapshot_period=snapshot_period), seed=0, hist_dtype=hist_dtype)
+
+
+def _tensors(obj) -> list:
+    """Every tensor reachable from a chunk's state (its fields, lists, dicts and sinks)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in _tensors(x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _tensors(x)]
+    if hasattr(obj, "__dataclass_fields__"):
+        return [t for f in obj.__dataclass_fields__ for t in _tensors(getattr(obj, f))]
+    if hasattr(obj, "__slots__"):
+        return [t for f in obj.__slots__ for t in _tensors(getattr(obj, f, None))]
+    return []
+
+
+def _storages(st) -> set:
+    bufs = list(st.hist.values()) + list(st.gacc.values()) + list((st.snap or {}).values())
+    return {t.untyped_storage().data_ptr() for t in bufs}
+
+
+def test_two_history_buffers_per_unit_and_nothing_held_until_the_flush():
+    st = _middle_stage(snapshot_period=2)
+    units = len(st.hist)
+    assert units == 2
+    seen = []
+    for epoch in range(5):
+        st.begin_epoch(epoch)
+        seen.append(len(_storages(st)))
+        inputs = []
+        for k in range(4):
+            h_in = torch.randn(st.chunks[k].size, st.in_dim)
+            inputs.append(weakref.ref(h_in))
+            out, _ = st.forward_chunk(k, h_in, {})
+            del h_in, out
+        seen.append(len(_storages(st)))
+        # the received rows are not kept by the stage (GCN units save no copy of their input),
+        # and what the stage keeps per chunk until its backward holds no rows at all
+        assert all(r() is None for r in inputs)
+        for cs in st.state.values():
+            assert all(t.numel() <= 1 for t in _tensors(cs)), [t.shape for t in _tensors(cs)]
+        for k in reversed(range(4)):
+            g_in, _, _ = st.backward_chunk(k, torch.randn(st.chunks[k].size, st.out_dim), {})
+            assert g_in.shape == (st.chunks[k].size, st.in_dim)
+            seen.append(len(_storages(st)))
+            if epoch >= 1:  # a snapshot exists from epoch 1's backward turn on: G is in H's storage
+                assert all(st.gacc[p].data_ptr() == st.hist[p].data_ptr() for p in st.hist)
+        st.end_epoch()
+        assert (st.snap is not None) == (epoch >= 1)
+    assert max(seen) == 2 * units, seen
+
+
+def test_snapshot_taken_at_the_backward_turn_equals_end_of_epoch_history():
+    st = _middle_stage(snapshot_period=1)
+    st.begin_epoch(0)
+    for k in range(4):
+        st.forward_chunk(k, torch.randn(st.chunks[k].size, st.in_dim), {})
+    hist = {p: h.clone() for p, h in st.hist.items()}
+    for k in reversed(range(4)):
+        st.backward_chunk(k, torch.randn(st.chunks[k].size, st.out_dim), {})
+    st.end_epoch()
+    for p in hist:
+        assert torch.equal(st.snap[p], hist[p])
+    st.begin_epoch(1)
+    for p in hist:
+        assert torch.equal(st.hist[p], hist[p])
+
+
+def _train_one_process(history_dtype: str, epochs: int = 30):
+    cfg = _cfg(mode="pipeline", model="gcn", layers=3, chunks=4, epochs=epochs, history_dtype=history_dtype,
+               snapshot_period=5, synth_nodes=400)
+    comm = SingleProcessCommunicator()
+    ex, _ = build_executor(cfg, comm, load_graph_for(cfg))
+    losses = [ex.train_epoch(e).loss for e in range(epochs)]
+    return ex, losses, ex.evaluate(epochs)
+
+
+def test_bfloat16_history_halves_the_buffers_and_trains():
+    ex32, l32, acc32 = _train_one_process("float32")
+    ex16, l16, acc16 = _train_one_process("bfloat16")
+    b32 = sum(t.nbytes for t in list(ex32.stage.hist.values()) + list((ex32.stage.snap or {}).values()))
+    b16 = sum(t.nbytes for t in list(ex16.stage.hist.values()) + list((ex16.stage.snap or {}).values()))
+    assert b32 > 0 and b16 * 2 == b32
+    assert all(t.dtype == torch.bfloat16 for t in ex16.stage.hist.values())
+    assert l16[-1] < 0.8 * l16[0]
+    assert abs(acc16["val_acc"] - acc32["val_acc"]) <= 0.05, (acc16, acc32)
+    assert abs(l16[-1] - l32[-1]) <= 0.1 * l32[-1], (l16[-1], l32[-1])
+
+
+def test_hybrid_buffers_hold_only_the_ways_rows_and_bfloat16_trains():
+    runs = [dict(model="gcn", layers=4, epochs=15, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4,
+                 history_dtype=dt, synth_nodes=400) for dt in ("float32", "bfloat16")]
+    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    f32, b16 = res[0][0], res[0][1]
+    assert b16["losses"][-1] < 0.8 * b16["losses"][0]
+    assert abs(b16["acc"]["val_acc"] - f32["acc"]["val_acc"]) <= 0.1, (b16["acc"], f32["acc"])
+    # halo rows travel in the history dtype: half the forward halo bytes
+    halo = [sum(r[i]["bytes"].get("halo_fwd", 0) for r in res) for i in range(2)]
+    assert 2 * halo[1] == halo[0] > 0, halo
+
+
+def test_hybrid_way_history_rows_are_its_part():
+    from gnnpipe.parallel.pipeline import build_way_link
+
+    g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
+    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0, stats=False)
+    rg = relabel_graph(g, plan)
+    chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, orig=plan.perm, only=range(3, 6))
+    link = build_way_link(None, plan, chunks_all, 1, 3, exact=False)
+    model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
+    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
+    st = PipelineStage(list(model.units)[1:], 1, chunks_all[3:], rg.num_nodes, None, rg.labels, None, masks, 100,
+                       True, StaleOptions(), seed=0, way=link)
+    lo, hi = int(plan.part_ptr[1]), int(plan.part_ptr[2])
+    assert st.row0 == lo and all(h.shape[0] == hi - lo < rg.num_nodes for h in st.hist.values())
+    for k in range(3):
+        ids = chunks_all[3 + k].nbr_ids
+        assert torch.equal(ids[link.own_pos[k]], link.own_rows[k] + lo)
+
+
+@pytest.mark.parametrize("bad", ["float16", "int8"])
+def test_history_dtype_is_checked(bad):
+    from gnnpipe import GnnpipeError
+
+    with pytest.raises(GnnpipeError, match="history_dtype"):
+        _cfg(history_dtype=bad)
