@@ -816,13 +816,20 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
             f"{S} stages; use fewer stages or --mode hybrid (ways x stages)"
         )
     plan = plan_for(cfg, graph, D, C)
-    rg = relabel_graph(graph, plan)
     nnz = graph.features.nnz if graph.sparse_features else None
     costs = layer_costs(mcfg.model, mcfg.layers, graph.num_features, mcfg.hidden, graph.num_nodes,
                         graph.num_edges, graph.num_classes, sparse_nnz=nnz)
     if len(costs) != len(units):
         raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
     a, b = assign_layers(costs, S)[s_idx]
+    if a != 0:
+        # Only the first stage reads features: the others relabel a zero-width placeholder
+        # instead of gathering an [N, F] copy (the loaded features stay unread on disk).
+        import dataclasses
+
+        graph.content_hash  # noqa: B018  (cached, so the placeholder graph carries the dataset's)
+        graph = dataclasses.replace(graph, features=np.empty((graph.num_nodes, 0), np.float32), validate=False)
+    rg = relabel_graph(graph, plan)
     deg = rg.degrees().astype(np.float32)
     chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm,
                               only=range(way * C, (way + 1) * C))
