@@ -184,6 +184,29 @@ def test_fast_paths_match_pyg_own_propagation(graph):
     torch.testing.assert_close(m(b, x, h0), ref(x, h0, ei), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("model_name", ["gcn", "sage"])
+def test_aggregate_first_matches_pyg_own_propagation(graph, model_name):
+    """in_dim <= out_dim takes the aggregate-first path (dense input); it computes the same
+    layer, forward and backward, as PyG's own transform-then-propagate."""
+    from torch_geometric.nn import GCNConv, SAGEConv
+
+    ip, ix, x = graph
+    b = Block.full(ip, ix)
+    ei = torch.stack([torch.as_tensor(ix), b.rows()])
+    m = build_model(ModelConfig(model_name, F, 2 * F, layers=1, hidden=8), 0).units[0].conv
+    ref = GCNConv(F, 2 * F, add_self_loops=True, normalize=True) if model_name == "gcn" else SAGEConv(F, 2 * F)
+    ref.load_state_dict(m.conv.state_dict())
+    w = torch.randn(N, 2 * F, generator=torch.Generator().manual_seed(2))
+    outs = []
+    for fn in (lambda xx: m(b, xx), lambda xx: ref(xx, ei)):
+        xx = x.clone().requires_grad_(True)
+        out = fn(xx)
+        (out * w).sum().backward()
+        outs.append((out.detach(), xx.grad))
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
+
+
 def test_csr_mm_backward_matches_dense(graph):
     ip, ix, _ = graph
     b = Block.from_rows(ip, ix, np.arange(0, N, 3))  # non-square: needs the true transpose

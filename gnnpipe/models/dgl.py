@@ -64,6 +64,10 @@ class GCNConv(nn.Module):
                                     allow_zero_in_degree=True)
 
     def forward(self, block: Block, h_src: Tensor) -> Tensor:
+        # GraphConv aggregates first when in_feats <= out_feats (else transforms first):
+        # the rule of :func:`gnnpipe.models.pyg.aggregate_first`, so both backends sum in
+        # the same order and keep the same tensors (the aggregate over dst rows; u_mul_e's
+        # SpMM keeps only the block's cached edge weights).
         h_src = _dense(h_src)
         g = block.dgl_block(self_loops=True)
         return self.conv(g, (h_src, h_src[block.dst_in_src]), edge_weight=_gcn_edge_weight(block))
@@ -84,6 +88,8 @@ class SAGEConv(nn.Module):
         self.conv = dglnn.SAGEConv(in_dim, out_dim, "mean", bias=True)
 
     def forward(self, block: Block, h_src: Tensor) -> Tensor:
+        # SAGEConv applies fc_self to the dst rows given and aggregates before fc_neigh
+        # when in_feats <= out_feats: the pyg adapter's order.
         h_src = _dense(h_src)
         g = block.dgl_block(self_loops=False)
         return self.conv(g, (h_src, h_src[block.dst_in_src]), edge_weight=_sage_edge_weight(block))

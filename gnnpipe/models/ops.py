@@ -14,6 +14,8 @@ it is processed by one process, by one of several graph partitions, or in a pipe
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -156,28 +158,87 @@ def _scaled_keep(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit: 
     return keep.to(h.dtype).mul_(1.0 / (1.0 - p))
 
 
+_BIT_SHIFTS = torch.arange(8, dtype=torch.uint8)
+
+
+def pack_bits(mask: Tensor) -> Tensor:
+    """Pack a bool tensor 8 values per byte (little-endian within a byte).
+
+    Args:
+        mask: bool tensor of any shape.
+
+    Returns:
+        uint8 [ceil(numel / 8)]: bit ``j`` of byte ``i`` is ``mask.flatten()[8 i + j]``;
+        the padding bits of the last byte are 0. :func:`unpack_bits` inverts it.
+    """
+    flat = mask.reshape(-1)
+    pad = (-flat.numel()) % 8
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    shifts = _BIT_SHIFTS.to(mask.device)
+    return (flat.view(-1, 8).to(torch.uint8) << shifts).sum(1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: Tensor, shape: torch.Size) -> Tensor:
+    """bool tensor of ``shape`` from :func:`pack_bits`'s bytes."""
+    n = math.prod(shape)
+    shifts = _BIT_SHIFTS.to(packed.device)
+    bits = (packed[:, None] >> shifts).bitwise_and_(1).view(-1)[:n]
+    return bits.view(shape).to(torch.bool)
+
+
 class _HashedDropout(torch.autograd.Function):
-    """Dense hashed dropout that saves a bool mask instead of a float one.
+    """Dense hashed dropout that saves its keep-mask bit-packed instead of a float mask.
 
     Plain ``h * mask`` makes autograd keep the float mask, as large as ``h`` itself, for
     every dropout until the backward (in a pipeline: every chunk's until the flush). This
-    keeps the bool keep-mask (1 byte per value, 4x smaller) and rebuilds the same float
-    multiplier in backward, multiplying exactly as autograd's ``mul`` would: bit-identical
-    gradients. (Recomputing the hash in backward would save the last byte too, but the hash
-    costs about 10x the multiply on this CPU.)
+    keeps the keep-mask packed 8 values per byte (:func:`pack_bits`: 1/32 of the float
+    mask) and rebuilds the same float multiplier in backward, multiplying exactly as
+    autograd's ``mul`` would: bit-identical gradients. (Recomputing the hash in backward
+    would save the last bit too, but the hash costs about 10x the multiply on this CPU.)
     """
 
     @staticmethod
     def forward(ctx, h, gid, p, seed, epoch, unit):  # type: ignore[override]
         keep = keep_mask(gid, h.shape[1], p, seed, epoch, unit)
-        ctx.save_for_backward(keep)
-        ctx.p = p
+        ctx.save_for_backward(pack_bits(keep))
+        ctx.p, ctx.shape = p, keep.shape
         return h * keep.to(h.dtype).mul_(1.0 / (1.0 - ctx.p))
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        (keep,) = ctx.saved_tensors
+        (packed,) = ctx.saved_tensors
+        keep = unpack_bits(packed, ctx.shape)
         return g * keep.to(g.dtype).mul_(1.0 / (1.0 - ctx.p)), None, None, None, None, None
+
+
+class _ReLU(torch.autograd.Function):
+    """ReLU that saves one bit per value (output > 0) instead of the float output.
+
+    ``torch.relu`` keeps its float output for backward (4 bytes per value); its backward
+    is ``threshold_backward``: ``0 if out <= 0 else grad``. This keeps the packed bits of
+    ``not (out <= 0)`` (NaN outputs pass the gradient, as there) and applies the same
+    selection: bit-identical gradients.
+    """
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        out = torch.relu(x)
+        ctx.save_for_backward(pack_bits(out.le(0).logical_not_()))
+        ctx.shape = out.shape
+        return out
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        (packed,) = ctx.saved_tensors
+        return g.masked_fill(unpack_bits(packed, ctx.shape).logical_not_(), 0)
+
+
+def relu(x: Tensor) -> Tensor:
+    """``torch.relu`` whose autograd graph keeps 1 bit per value instead of 4 bytes."""
+    if x.requires_grad and torch.is_grad_enabled() and x.layout == torch.strided:
+        return _ReLU.apply(x)
+    return torch.relu(x)
 
 
 # ---------------------------------------------------------------------- CSR aggregation

@@ -30,6 +30,16 @@ def _copy(param: Tensor, value: Tensor) -> None:
         param.copy_(value.reshape(param.shape))
 
 
+def aggregate_first(h_src: Tensor, in_dim: int, out_dim: int) -> bool:
+    """Whether a GCN / SAGE-neighbour layer aggregates before its transform: dense input
+    and ``in_dim <= out_dim`` (DGL's ``GraphConv`` / ``SAGEConv`` rule, ``in > out`` →
+    transform first). It depends on the layer's widths only, never on the block, so every
+    executor (one process, graph parallel, pipeline, hybrid) and both backends sum in the
+    same order. :func:`gnnpipe.plan.unit_works` models the same rule.
+    """
+    return h_src.layout == torch.strided and in_dim <= out_dim
+
+
 class GCNConv(nn.Module):
     """GCN layer: out_v = Σ_u W h_u/√((d_u+1)(d_v+1)) + W h_v/(d_v+1) + b (global degrees)."""
 
@@ -38,10 +48,17 @@ class GCNConv(nn.Module):
         self.conv = _PygGCN(in_dim, out_dim, add_self_loops=False, normalize=False)
 
     def forward(self, block: Block, h_src: Tensor) -> Tensor:
-        # Transform first: out_dim <= in_dim for every layer we build, so the SpMM runs on
-        # the narrower matrix; for sparse inputs this keeps the features sparse.
-        z = ops.linear(h_src, self.conv.lin.weight, None, block.sparse_transpose_for)
+        w = self.conv.lin.weight
         a, at = block.gcn_adj()
+        if aggregate_first(h_src, w.shape[1], w.shape[0]):
+            # Â h first: the SpMM's backward keeps nothing (only the block's cached
+            # transpose) and the GEMM keeps its input over dst rows only, where transform
+            # first keeps the dropped-out h over every src row (own + halo / neighbours).
+            agg = ops.csr_mm(a, at, h_src) + h_src[block.dst_in_src] * block.gcn_self_weight()
+            return nn.functional.linear(agg, w, self.conv.bias)
+        # Transform first: the SpMM runs on the narrower matrix, and sparse (bag-of-words)
+        # inputs stay sparse.
+        z = ops.linear(h_src, w, None, block.sparse_transpose_for)
         out = ops.csr_mm(a, at, z)
         out = out + z[block.dst_in_src] * block.gcn_self_weight()
         return out + self.conv.bias
@@ -62,11 +79,18 @@ class SAGEConv(nn.Module):
         self.conv = _PygSAGE(in_dim, out_dim, aggr="mean", root_weight=True, bias=True)
 
     def forward(self, block: Block, h_src: Tensor) -> Tensor:
-        z = ops.linear(h_src, self.conv.lin_l.weight, None, block.sparse_transpose_for)
+        wl, wr, bias = self.conv.lin_l.weight, self.conv.lin_r.weight, self.conv.lin_l.bias
         a, at = block.mean_adj()
+        if h_src.layout == torch.strided:
+            # Root term on dst rows only (its GEMM keeps dst rows, not every src row).
+            r = nn.functional.linear(h_src[block.dst_in_src], wr)
+            if aggregate_first(h_src, wl.shape[1], wl.shape[0]):
+                return nn.functional.linear(ops.csr_mm(a, at, h_src), wl, bias) + r
+            return ops.csr_mm(a, at, nn.functional.linear(h_src, wl)) + r + bias
+        z = ops.linear(h_src, wl, None, block.sparse_transpose_for)
         out = ops.csr_mm(a, at, z)
-        r = ops.linear(h_src, self.conv.lin_r.weight, None, block.sparse_transpose_for)
-        return out + r[block.dst_in_src] + self.conv.lin_l.bias
+        r = ops.linear(h_src, wr, None, block.sparse_transpose_for)
+        return out + r[block.dst_in_src] + bias
 
     def export(self) -> dict:
         return {"w_neigh": self.conv.lin_l.weight, "w_self": self.conv.lin_r.weight,

@@ -116,7 +116,7 @@ class ConvUnit(Unit):
         hs = self.drop(self._src(h_dst, block, h_src), _gid(block, True), ctx)
         out = self.conv(block, hs)
         if self.act == "relu":
-            out = torch.relu(out)
+            out = ops.relu(out)  # keeps 1 bit per value for backward, not the float output
         elif self.act == "elu":
             out = nn.functional.elu(out)
         return out, carry
@@ -141,7 +141,7 @@ class InputLinear(Unit):
             tr = block.sparse_transpose_for  # sparse x rows are the block's rows
         out = ops.linear(x, self.lin.weight, self.lin.bias, tr)
         if self.relu:
-            out = torch.relu(out)
+            out = ops.relu(out)
         if self.write_h0:
             carry = {**carry, "h0": out}
         return out, carry
@@ -158,7 +158,7 @@ class OutputLinear(Unit):
     def forward(self, h_dst, carry, ctx, block=None, h_src=None):
         h = h_dst
         if self.norm is not None:
-            h = torch.relu(self.norm(h))
+            h = ops.relu(self.norm(h))
         h = self.drop(h, _gid(block, False), ctx)
         return self.lin(h), carry
 
@@ -177,7 +177,7 @@ class GCNIIUnit(Unit):
         if "h0" not in carry:
             raise ValueError(f"unit {self.index} (GCNII layer): carry lacks 'h0' (run the input unit first)")
         hs = self.drop(self._src(h_dst, block, h_src), _gid(block, True), ctx)
-        return torch.relu(self.conv(block, hs, carry["h0"])), carry
+        return ops.relu(self.conv(block, hs, carry["h0"])), carry
 
     def convs(self):
         return [self.conv]
@@ -199,7 +199,7 @@ class ResPlusUnit(Unit):
 
     def forward(self, h_dst, carry, ctx, block=None, h_src=None):
         hs = self._src(h_dst, block, h_src)
-        z = self.drop(torch.relu(self.norm(hs)), _gid(block, True), ctx)
+        z = self.drop(ops.relu(self.norm(hs)), _gid(block, True), ctx)
         return hs[block.dst_in_src] + self.conv(block, z), carry
 
     def convs(self):
