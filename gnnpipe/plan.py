@@ -457,6 +457,12 @@ class UnitWork:
         aggregates: needs neighbour rows (history in the pipeline, halo in graph mode).
         reads_features: its input is the constant input features.
         gemm_on_src: its transform runs on the source rows (own + halo) in graph mode.
+        agg_first: it aggregates at the input width before its transform, whose GEMM then
+            keeps (and runs on) destination rows only (gcn / sage with dense input and
+            ``in_dim <= out_dim``: :func:`gnnpipe.models.pyg.aggregate_first`).
+        act: what its output's consumer keeps: ``"relu"`` (1 bit per value), ``"elu"``
+            (4 bytes), ``"loss"`` (the last unit: the loss's log-softmax, 4 bytes), ``""``.
+        heads: attention heads (gat).
     """
 
     gemm_flops: float
@@ -468,6 +474,9 @@ class UnitWork:
     aggregates: bool
     reads_features: bool
     gemm_on_src: bool = False
+    agg_first: bool = False
+    act: str = ""
+    heads: int = 1
 
 
 def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
@@ -498,35 +507,47 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
         for i in range(L):
             fin = F if i == 0 else d
             fout = K if i == L - 1 else d
-            first = i == 0
+            first, last = i == 0, i == L - 1
+            # gcn / sage aggregate first (SpMM at the input width, GEMM on dst rows) when the
+            # input is dense and fin <= fout; else transform first (SpMM at the output width,
+            # GEMM on src rows). A constant input's aggregate needs no backward SpMM.
+            agg_first = m != "gat" and fin <= fout and not (first and nnz is not None)
+            sp_in = (1.0 if first else 2.0) * E * fin
+            heads = 1
             if m == "gcn":
                 g, sp = first_gemm(fout) if first else (3.0 * 2.0 * N * fin * fout, 0.0)
-                sp += 2.0 * E * fout
+                sp += sp_in if agg_first else 2.0 * E * fout
                 params = fin * fout + fout
             elif m == "sage":
-                # Mean of neighbours at the input width, self and neighbour linears.
+                # Self linear on dst rows; neighbour mean at the input width (aggregate first)
+                # or of the transformed src rows. (Transform first: half the GEMM is on dst
+                # rows, modelled as all on src.)
                 g, sp = first_gemm(fout, 2) if first else (3.0 * 2.0 * 2.0 * N * fin * fout, 0.0)
-                sp += 2.0 * E * fin
+                sp += sp_in if agg_first else 2.0 * E * fout
                 params = 2 * fin * fout + fout
             else:  # gat: transform, per-edge scores and softmax, weighted sum
-                heads = spec.heads if i < L - 1 else 1
+                heads = spec.heads if not last else 1
                 g, sp = first_gemm(fout) if first else (3.0 * 2.0 * N * fin * fout, 0.0)
                 sp += 2.0 * 3.0 * E * fout
                 params = fin * fout + 2 * fout + fout
-                _ = heads
+            act = "loss" if last else ("elu" if m == "gat" else "relu")
             out.append(UnitWork(g, sp, elem(fin, fout, not (first and nnz is not None)), params, fin, fout,
-                                True, first, gemm_on_src=m in ("gcn", "gat")))
+                                True, first, gemm_on_src=not agg_first, agg_first=agg_first, act=act,
+                                heads=heads))
         return out
     g, sp = first_gemm(d)
-    out.append(UnitWork(g, sp, elem(F, d, nnz is None), F * d + d, F, d, False, True))
+    out.append(UnitWork(g, sp, elem(F, d, nnz is None), F * d + d, F, d, False, True,
+                        act="relu" if m == "gcnii" else ""))
     for _ in range(L):
         if m == "gcnii":
             # Aggregate, mix with h0, identity-mapped d×d weight (shared weights: one matrix).
-            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 2 * d), d * d, d, d, True, False))
-        else:  # resgcn+: LayerNorm → ReLU → dropout → GCN → +h
-            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 3 * d), d * d + 3 * d, d, d, True, False))
+            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 2 * d), d * d, d, d, True, False,
+                                agg_first=True, act="relu"))
+        else:  # resgcn+: LayerNorm → ReLU → dropout → GCN (aggregate first, d <= d) → +h
+            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 3 * d), d * d + 3 * d, d, d, True, False,
+                                agg_first=True))
     pre = 2 * d if m == "resgcn+" else 0
-    out.append(UnitWork(3.0 * 2.0 * N * d * K, 0.0, elem(d, K), d * K + K + pre, d, K, False, False))
+    out.append(UnitWork(3.0 * 2.0 * N * d * K, 0.0, elem(d, K), d * K + K + pre, d, K, False, False, act="loss"))
     return out
 
 
@@ -660,13 +681,20 @@ def _feature_bytes(stats: GraphStats, rows: float) -> float:
 
 
 # Memory terms: what the executors hold, per rank (``s`` = 4-byte values throughout).
-#: Bytes per input value of a source row that an aggregating unit keeps for backward: the
-#: dropped-out input its transform saves (4) and the bool dropout mask (1; gcnii's conv
-#: saves no source rows, gat also its transformed rows, res+ LayerNorm and ReLU inputs).
-SAVED_SRC = {"gcn": 5.0, "sage": 5.0, "gat": 9.0, "gcnii": 1.0, "resgcn+": 13.0}
-#: Output-width tensors per destination row a unit keeps (activation output; gcnii also
-#: its pre-mix input; gat the pre-ELU output).
-SAVED_DST = {"gcn": 1.0, "sage": 1.0, "gat": 2.0, "gcnii": 2.0, "resgcn+": 1.0}
+#: Bytes per value (of width ``d``) over SOURCE rows that a hidden aggregating unit
+#: (``d → d``, dense input) keeps for backward: the bit-packed dropout mask (1/8); gat also
+#: its dropped-out input and transformed rows (4 + 4); res+ also its LayerNorm input (4)
+#: and ReLU sign bits (1/8), plus 8 bytes per row of LayerNorm statistics. gcn and sage
+#: aggregate before their transform, so it keeps no source rows (:func:`_saved_bytes` has
+#: the general per-unit formula; tests check it against ``saved_tensors_hooks``).
+SAVED_SRC = {"gcn": 0.125, "sage": 0.125, "gat": 8.125, "gcnii": 0.125, "resgcn+": 4.25}
+#: Bytes per value over DESTINATION rows of the same units: the aggregate its transform
+#: keeps (4; sage also its root term's input, 4; gcnii the mixed input of its addmm) and
+#: the ReLU's sign bits (1/8); gat its transformed dst rows and the ELU input (4 + 4),
+#: plus ``4·heads·(4·(E/N + 1) + 1) + 8·(E/N + 1)`` bytes per row of per-edge scores.
+SAVED_DST = {"gcn": 4.125, "sage": 8.125, "gat": 8.0, "gcnii": 4.125, "resgcn+": 4.0}
+#: Bytes per value of a bit-packed mask (dropout keep-mask, ReLU sign).
+_BIT = 0.125
 
 
 def _dataset_bytes(stats: GraphStats, frac: float = 1.0) -> float:
@@ -686,14 +714,47 @@ def _block_bytes(dst: float, src: float, edges: float) -> float:
 
 def _saved_bytes(stats: GraphStats, model: str, u, src: float, dst: float) -> float:
     """Bytes a unit's autograd graph keeps from forward to backward for ``src`` source and
-    ``dst`` destination rows (a pipeline stage: summed over every chunk until the flush)."""
-    if u.reads_features:  # constant input: only the dropped-out features its transform saves
-        b = _feature_bytes(stats, src if u.aggregates else dst)
-    elif u.aggregates:
-        b = SAVED_SRC[model] * src * u.in_dim
-    else:  # row-wise linear: dropped-out input (4) and its mask (1)
-        b = 5.0 * dst * u.in_dim
-    return b + 4.0 * SAVED_DST[model if u.aggregates else "gcn"] * dst * u.out_dim
+    ``dst`` destination rows (a pipeline stage: summed over every chunk until the flush).
+
+    Per unit, what :mod:`gnnpipe.models` keeps (block tensors and parameters are counted
+    elsewhere): dropout keep-masks and ReLU signs bit-packed (1/8 byte per value); a GEMM's
+    input (4 bytes per value; a constant input: the dropped-out features); gcn / sage
+    aggregating first keep their transform's input over dst rows only. For hidden units
+    this is ``SAVED_SRC·src·d + SAVED_DST·dst·d`` (+ gat's per-edge and res+'s per-row
+    terms)."""
+    i, o = u.in_dim, u.out_dim
+    s = 4.0
+
+    def x(rows: float) -> float:  # a GEMM's input over ``rows`` rows
+        return _feature_bytes(stats, rows) if u.reads_features else s * rows * i
+
+    out = {"relu": _BIT, "elu": s, "loss": s}.get(getattr(u, "act", ""), 0.0) * dst * o
+    if not u.aggregates:
+        if u.reads_features:  # input linear: the dropped-out features
+            return x(dst) + out
+        b = (s + _BIT) * dst * i  # output linear: mask bits and the GEMM's input
+        if model == "resgcn+":  # LayerNorm input, its mean / rstd per row, ReLU bits
+            b += (s + _BIT) * dst * i + 2.0 * s * dst
+        return b + out
+    # a constant input has no dropout graph; a trainable one keeps its mask bits
+    b = 0.0 if u.reads_features else _BIT * src * i
+    agg_first = getattr(u, "agg_first", False)
+    if model == "gcn":
+        b += x(dst if agg_first else src)
+    elif model == "sage":
+        if u.reads_features and stats.sparse_nnz is not None:
+            b += x(src)  # both linears on the (one) sparse dropped-out input
+        else:  # root term on dst rows; neighbour term on the aggregate or on src rows
+            b += x(dst) + x(dst if agg_first else src)
+    elif model == "gat":
+        h = getattr(u, "heads", 1)
+        e = dst * (stats.num_edges / stats.num_nodes + 1.0)  # edges incl. self-loops
+        b += x(src) + s * src * o + s * dst * o + s * h * (4.0 * e + dst) + 8.0 * e
+    elif model == "gcnii":
+        b += s * dst * i  # the mixed input of its addmm
+    else:  # resgcn+: LayerNorm input and statistics, ReLU bits; the conv's aggregate
+        b += (s + _BIT) * src * i + 2.0 * s * src + s * dst * i
+    return b + out
 
 
 def _sync_time(prof: HardwareProfile, world: int, between_s: float = math.inf) -> float:
