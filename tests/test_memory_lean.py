@@ -211,3 +211,21 @@ def test_train_sets_the_allocator_only_when_asked(tmp_path, flag, env, expect):
                          env=e, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == str(expect)
+
+
+def test_scale_guard_skips_points_that_do_not_fit(tmp_path):
+    """The scale benchmark never starts a point whose ranks' predicted memory does not fit:
+    with no memory to spare every point is skipped, named, and still written out."""
+    import json
+
+    from gnnpipe.bench import scale
+
+    rows, md = scale.run(tmp_path, quick=True, progress=False, mem_fraction=1e-9)
+    assert {r["config"] for r in rows} == {"G4", "P4c16", "H2x2c8"}
+    for r in rows:
+        assert r["skipped"].startswith("skipped:") and "GiB for 4 ranks" in r["skipped"]
+        assert "epoch_s" not in r
+        # every rank counted: at least the busiest rank, at most 4 x it
+        assert r["pred_mem_mb"] <= r["pred_total_mb"] <= 4 * r["pred_mem_mb"] + 1e-6
+    saved = json.loads((tmp_path / "scale" / "results.json").read_text())
+    assert len(saved["rows"]) == 3 and "skipped" in md

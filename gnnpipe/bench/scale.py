@@ -8,8 +8,8 @@ synth rmat`` into ``<out>/scale/data/`` and partitioned once per layout with
 table says which was used). Every point runs in its own ``mpirun`` for 2 epochs (the
 second is reported) so that ``peak_rss_mb`` is its own, with ``--lean-memory`` (RSS follows
 what a rank holds; see :mod:`gnnpipe.parallel.alloc`: epochs are slower for it). A point whose predicted memory
-(:func:`gnnpipe.plan.predict`, 4 ranks on this one machine) times :data:`MEM_SAFETY` of its mode
-exceeds 85 % of the memory available now is skipped and marked so, instead of driving the
+(:func:`gnnpipe.plan.predict`, summed over its 4 ranks on this one machine: :func:`ranks_memory`)
+times :data:`MEM_SAFETY` of its mode exceeds 85 % of the memory available now is skipped and marked so, instead of driving the
 shared machine out of memory.
 """
 
@@ -108,9 +108,9 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
     ``method`` says (METIS on 1M nodes / 20M edges needs ~2 min per plan on a quiet
     machine and far longer on a loaded one); the ``partitioner`` column says which ran.
     ``only``: configuration labels to run (e.g. ``G4``); only their plans are made.
-    ``mem_fraction``: a point runs if :data:`MEM_SAFETY` × its ranks × the busiest rank's
-    prediction fits in this share of the memory available now (the other ranks of an
-    unbalanced partition need less, so the guard is conservative).
+    ``mem_fraction``: a point runs if :data:`MEM_SAFETY` × the predicted memory of its
+    ranks (:func:`ranks_memory`; in graph mode the busiest part's times the parts, so the
+    guard is conservative there) fits in this share of the memory available now.
     """
     import psutil
 
@@ -138,7 +138,8 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
             p = predict(stats, spec, t, prof)
             row = {"nodes": n, "edges": stats.num_edges, "config": C.label(t), "mode": t.mode, "partitioner": method,
                    "pred_s": p.epoch_s, "pred_mem_mb": p.peak_mem_bytes / 2**20, **times}
-            need = p.peak_mem_bytes * t.world
+            need = ranks_memory(p, t)
+            row["pred_total_mb"] = need / 2**20
             avail = psutil.virtual_memory().available
             if MEM_SAFETY[t.mode] * need > mem_fraction * avail:
                 row["skipped"] = (f"skipped: {MEM_SAFETY[t.mode]} x predicted {need / 2**30:.1f} GiB for {t.world} ranks "
@@ -173,6 +174,15 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                                         "world": 4, "partitioner": method})
     plot(rows, out_dir / "scale.png")
     return rows, md
+
+
+def ranks_memory(pred, topo) -> float:
+    """Predicted bytes of all ``topo.world`` ranks together: every stage's own prediction
+    (the busiest way's, for each way) in pipeline and hybrid mode; the busiest part's times
+    the parts in graph mode (the only part the model describes)."""
+    if topo.mode == "graph":
+        return pred.peak_mem_bytes * topo.world
+    return topo.ways * sum(x.mem_bytes for x in pred.per_stage)
 
 
 def summarize(rows: list[dict]) -> str:
