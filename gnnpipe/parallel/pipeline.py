@@ -204,13 +204,13 @@ class WayLink:
     def rows(self) -> int:
         return self.hi - self.lo
 
-    def gather(self, hist: torch.Tensor, k: int, m: int) -> torch.Tensor:
+    def gather(self, hist: torch.Tensor, k: int, m: int, category: str = "halo_fwd") -> torch.Tensor:
         """float32 [m, d] chunk k's neighbour rows: this part's from ``hist``, the others'
         from their owners' buffers (one all-to-all)."""
         d = hist.shape[1]
         send = [hist.index_select(0, ids - self.lo) for ids in self.send_ids[k]]
         recv = [hist.new_empty((ids.numel(), d)) for ids in self.recv_ids[k]]
-        self.comm.all_to_all(send, recv, category="halo_fwd")
+        self.comm.all_to_all(send, recv, category=category)
         out = torch.empty((m, d), dtype=torch.float32)
         out.index_copy_(0, self.own_pos[k], hist.index_select(0, self.own_rows[k]).float())
         for pos, rows in zip(self.recv_pos[k], recv):
@@ -739,50 +739,82 @@ class PipelineExecutor:
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
-        """Exact full-graph inference: the whole graph as one chunk through every stage."""
+        """Exact full-graph inference, unit by unit and chunk by chunk over the training
+        chunks' blocks: every unit's input rows of the whole part (the whole graph with one
+        way) are computed before the unit runs, so every neighbour row is current (no
+        history is read). A stage receives and sends its whole part's rows at once."""
         st = self.stage
         comm = self.comm
-        first, last = self.s == 0, self.s == self.S - 1
-        # Evaluation uses dedicated whole-graph blocks (built lazily once).
-        ev = self._eval_stage()
-        h_in, carry = None, {}
-        ch = ev.chunks[0]
-        if not first:
-            buf = torch.empty(ch.size, self._width(st.in_dim, self.carry_in_keys))
-            comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
-            h_in, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
-        ev.epoch = epoch
-        for u in ev.units:
-            u.eval()
-        out, cout = ev.forward_chunk(0, h_in, carry, training=False)
-        for u in ev.units:
-            u.train()
-        # The whole-part block's normalised CSR and its transpose (~16 bytes per edge) are
-        # rebuilt at the next evaluation rather than held through the training epochs between.
-        ev.chunks[0].block.drop_cache()
+        last = self.s == self.S - 1
+        out, carry = self._eval_forward(epoch)
         counts = torch.zeros(6, dtype=torch.float64)
         if not last:
+            cout = {k: carry[k] for k in st.carry_out_keys}
             comm.send(self._pack(out, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category="eval")
         else:
+            lo = st.chunks[0].lo
+            hi = lo + out.shape[0]
             vals = []
             for split in ("train", "val", "test"):
-                vals.extend(accuracy_counts(out, ev.labels[ch.lo : ch.hi], ev.masks[split][ch.lo : ch.hi],
-                                            multilabel=ev.multilabel))
+                vals.extend(accuracy_counts(out, st.labels[lo:hi], st.masks[split][lo:hi], multilabel=st.multilabel))
             counts = torch.tensor(vals, dtype=torch.float64)
         if self.world.world_size > 1:
             self.world.all_reduce(counts, op="sum", category="control")
         c = counts.tolist()
         return {"train_acc": c[0] / max(c[1], 1), "val_acc": c[2] / max(c[3], 1), "test_acc": c[4] / max(c[5], 1)}
 
-    def _eval_stage(self) -> PipelineStage:
-        if getattr(self, "_ev", None) is None:
-            st = self.stage
-            self._ev = PipelineStage(
-                st.units, st.first_unit, self._full_chunk, st.N, self._x, st.labels, None, st.masks,
-                st.num_train_global, st.is_last, StaleOptions(exact=True, grad_fix=False, snapshot_period=0),
-                st.seed, st.multilabel, st.carry_out_keys, way=self._eval_link,
-            )
-        return self._ev
+    def _eval_forward(self, epoch: int) -> tuple[torch.Tensor, dict]:
+        """This stage's output rows (and carry) of its whole part in evaluation mode."""
+        st = self.stage
+        base = st.chunks[0].lo
+        R = st.chunks[-1].hi - base
+        h, carry = None, {}
+        if self.s > 0:
+            buf = torch.empty(R, self._width(st.in_dim, self.carry_in_keys))
+            self.comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
+            h, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
+        ctx = RunCtx(training=False, epoch=epoch, seed=st.seed)
+        for u in st.units:
+            u.eval()
+        try:
+            for pos, u in enumerate(st.units):
+                out, new_carry = None, {}
+                for k, ch in enumerate(st.chunks):
+                    a, b = ch.lo - base, ch.hi - base
+                    features = st.first_unit == 0 and pos == 0
+                    if features:
+                        hk = st.x[ch.lo : ch.hi] if st.x is not None else st.x_dst[k]
+                    else:
+                        hk = h[a:b]
+                    ck = {key: v[a:b] for key, v in carry.items()}
+                    if u.aggregates:
+                        if features:
+                            h_src = st.x_src[k] if st.x is None else st.x.index_select(0, st.x_src_ids[k])
+                        else:
+                            m = ch.nbr_ids.numel()
+                            if st.way is not None:  # h's row r is node base + r, as the way's buffers
+                                nbr = st.way.gather(h, k, m, category="eval")
+                            else:
+                                nbr = h.index_select(0, ch.nbr_ids - base if base else ch.nbr_ids)
+                            h_src = torch.cat([hk, nbr], dim=0)
+                        o, c2 = u(hk, ck, ctx, block=ch.block, h_src=h_src)
+                    else:
+                        o, c2 = u(hk, ck, ctx, block=ch.block)
+                    if out is None:
+                        out = torch.empty(R, o.shape[1], dtype=o.dtype)
+                    out[a:b] = o
+                    for key, t in c2.items():
+                        if key in ck and t is ck[key]:
+                            continue  # passed through unchanged
+                        if key not in new_carry:
+                            new_carry[key] = torch.empty(R, t.shape[1], dtype=t.dtype)
+                        new_carry[key][a:b] = t
+                h = out
+                carry.update(new_carry)
+        finally:
+            for u in st.units:
+                u.train()
+        return h, carry
 
 
 def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
@@ -850,13 +882,6 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay) if params else _NoOpt()
     ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed,
                           cross=cross, world=comm)
-    # Exact evaluation: each way's whole part as one chunk (the whole graph with one way).
-    part_chunks = build_chunks(rg.indptr, rg.indices, plan.part_ptr, deg, orig=plan.perm, only=range(way, way + 1))
-    ex._full_chunk = part_chunks[way : way + 1]
-    ex._eval_link = build_way_link(cross, plan, part_chunks, way, 1, True) if D > 1 else None
-    if ex._eval_link is not None:
-        ex._eval_link.exchanger.fwd_category = "eval"
-    ex._x = rg.features if a == 0 else None
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
     return ex, plan
