@@ -15,6 +15,7 @@ it is processed by one process, by one of several graph partitions, or in a pipe
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch import Tensor
@@ -159,10 +160,14 @@ def _scaled_keep(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit: 
 
 
 _BIT_SHIFTS = torch.arange(8, dtype=torch.uint8)
+# n * _SPREAD puts bit j of a nibble n at bits j + 7k (k = 0..3), all distinct (no carries),
+# and 0x01010101 keeps bits 0, 8, 16, 24: bit j lands in byte j. Values stay below 2**25.
+_SPREAD = 0x204081
+_LITTLE = sys.byteorder == "little"
 
 
 def pack_bits(mask: Tensor) -> Tensor:
-    """Pack a bool tensor 8 values per byte (little-endian within a byte).
+    """Pack a bool tensor 8 values per byte.
 
     Args:
         mask: bool tensor of any shape.
@@ -171,20 +176,27 @@ def pack_bits(mask: Tensor) -> Tensor:
         uint8 [ceil(numel / 8)]: bit ``j`` of byte ``i`` is ``mask.flatten()[8 i + j]``;
         the padding bits of the last byte are 0. :func:`unpack_bits` inverts it.
     """
-    flat = mask.reshape(-1)
+    flat = mask.reshape(-1).view(torch.uint8)  # bools are bytes 0 / 1
     pad = (-flat.numel()) % 8
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
-    shifts = _BIT_SHIFTS.to(mask.device)
-    return (flat.view(-1, 8).to(torch.uint8) << shifts).sum(1, dtype=torch.uint8)
+    f = flat.view(-1, 8)
+    out = f[:, 0].clone()
+    for j in range(1, 8):
+        out |= f[:, j] << j
+    return out
 
 
 def unpack_bits(packed: Tensor, shape: torch.Size) -> Tensor:
     """bool tensor of ``shape`` from :func:`pack_bits`'s bytes."""
     n = math.prod(shape)
-    shifts = _BIT_SHIFTS.to(packed.device)
-    bits = (packed[:, None] >> shifts).bitwise_and_(1).view(-1)[:n]
-    return bits.view(shape).to(torch.bool)
+    if _LITTLE:
+        q = packed.to(torch.int32)
+        x = torch.stack([q & 0xF, q >> 4], 1)
+        bits = x.mul_(_SPREAD).bitwise_and_(0x01010101).view(-1).view(torch.uint8)
+    else:  # pragma: no cover - big-endian hosts
+        bits = (packed[:, None] >> _BIT_SHIFTS.to(packed.device)).bitwise_and_(1).view(-1)
+    return bits[:n].view(torch.bool).view(shape)
 
 
 class _HashedDropout(torch.autograd.Function):
