@@ -706,7 +706,10 @@ class PipelineExecutor:
         return PipeEpochResult(loss, correct, total, wall - comm_s, comm_s, bubble)
 
     def state_dict(self) -> dict:
-        """This stage's parameters, optimizer, history buffers and snapshot.
+        """This stage's parameters, optimizer, and what the next epoch reads of the history:
+        the snapshot when one exists (the next epoch restores the history from it; between
+        epochs the history's storage holds the last backward's cross-chunk gradients), the
+        history buffers otherwise.
 
         Cross-chunk gradient buffers are empty between epochs and chunk order and dropout
         are pure functions of (seed, epoch), so this is everything a resume needs.
