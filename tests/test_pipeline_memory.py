@@ -210,3 +210,31 @@ def test_pipeline_and_hybrid_evaluate_the_same_exact_model_alike():
     for key in pipe:
         assert abs(pipe[key] - hyb[key]) <= 0.01, (pipe, hyb)
     assert 0.0 < stale["val_acc"] <= 1.0
+
+
+def test_first_stage_features_one_way_and_hybrid():
+    """One way: the first stage's features are the relabelled [N, F] matrix. A hybrid way's
+    first stage holds only its part's and its chunks' neighbours' rows and reads the same
+    values (build_pipeline_executor relabels no features at all)."""
+    cfg = _cfg(mode="pipeline", model="gcn", layers=3, chunks=4)
+    g = load_graph_for(cfg)
+    ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
+    rg = relabel_graph(g, plan)
+    feats = torch.from_numpy(np.asarray(rg.features))
+    assert torch.equal(ex.stage.x, feats)
+    for k in range(4):
+        assert torch.equal(ex.stage.x_src_rows(k), feats[ex.stage.chunks[k].src_ids()])
+
+    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0, stats=False)
+    rg = relabel_graph(g, plan)
+    feats = torch.from_numpy(np.asarray(rg.features))
+    chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, orig=plan.perm, only=range(3, 6))[3:]
+    rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi)] + [c.nbr_ids.numpy() for c in chunks]))
+    model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
+    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
+    st = PipelineStage(list(model.units), 0, chunks, rg.num_nodes, feats[rows], rg.labels, None, masks, 100, True,
+                       StaleOptions(), seed=0, x_rows=rows)
+    assert st.x.shape[0] == rows.size < g.num_nodes
+    for k, ch in enumerate(chunks):
+        assert torch.equal(st.x_dst_rows(k), feats[ch.lo : ch.hi])
+        assert torch.equal(st.x_src_rows(k), feats[ch.src_ids()])

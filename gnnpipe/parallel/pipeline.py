@@ -301,7 +301,7 @@ class PipelineStage:
                  labels, train_mask, masks: dict, num_train_global: int, is_last: bool,
                  opts: StaleOptions, seed: int, multilabel: bool = False,
                  carry_out_keys: tuple = (), way: WayLink | None = None,
-                 hist_dtype: torch.dtype = torch.float32) -> None:
+                 hist_dtype: torch.dtype = torch.float32, x_rows: np.ndarray | None = None) -> None:
         self.units = list(units)
         self.way = way
         self.first_unit = first_unit
@@ -338,19 +338,39 @@ class PipelineStage:
         # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
         # src rows are gathered when the chunk runs (keeping every chunk's src rows would
         # hold Σ_k |src(k)| ≈ 3-5·N rows). Sparse features keep per-chunk copies.
+        # ``x_rows`` (sorted relabelled ids of x's rows; None: all N) lets a hybrid way hold
+        # only the rows its chunks read.
         self.x: torch.Tensor | None = None
         self.x_src_ids: list = []  # per chunk, the rows of ``self.x`` its first unit reads
+        self.x_dst_off: list = []  # per chunk, the row of ``self.x`` of its first node
+
+        def pos(ids):
+            ids = np.asarray(ids, dtype=np.int64)
+            return ids if x_rows is None else np.searchsorted(x_rows, ids)
+
         if first_unit == 0 and _is_dense(x):
             self.x = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))
-            self.x_src_ids = [ch.src_ids() for ch in chunks]
+            self.x_src_ids = [torch.from_numpy(pos(ch.src_ids().numpy())) for ch in chunks]
+            self.x_dst_off = [int(pos([ch.lo])[0]) for ch in chunks]
         elif first_unit == 0:
             for ch in chunks:
                 ids = np.arange(ch.lo, ch.hi, dtype=np.int64)
-                self.x_dst.append(feature_rows(x, ids))
+                self.x_dst.append(feature_rows(x, pos(ids)))
                 if self.units[0].aggregates:
-                    self.x_src.append(feature_rows(x, np.concatenate([ids, ch.nbr_ids.numpy()])))
+                    self.x_src.append(feature_rows(x, pos(np.concatenate([ids, ch.nbr_ids.numpy()]))))
         self.state: dict[int, _ChunkState] = {}
         self.epoch = 0
+
+    def x_dst_rows(self, k: int) -> torch.Tensor:
+        """Chunk k's own feature rows (first stage)."""
+        if self.x is None:
+            return self.x_dst[k]
+        off = self.x_dst_off[k]
+        return self.x[off : off + self.chunks[k].size]
+
+    def x_src_rows(self, k: int) -> torch.Tensor:
+        """Chunk k's feature rows of its block's sources (first stage)."""
+        return self.x_src[k] if self.x is None else self.x.index_select(0, self.x_src_ids[k])
 
     @property
     def in_dim(self) -> int:
@@ -425,7 +445,7 @@ class PipelineStage:
         ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed)
         st = _ChunkState()
         if self.first_unit == 0:
-            h = self.x[ch.lo : ch.hi] if self.x is not None else self.x_dst[k]
+            h = self.x_dst_rows(k)
         elif training:
             st.h_in = _GradSink()
             st.h_in_shape = tuple(h_in.shape)
@@ -444,7 +464,7 @@ class PipelineStage:
         for pos, u in enumerate(self.units):
             if u.aggregates:
                 if self.first_unit == 0 and pos == 0:
-                    h_src = self.x_src[k] if self.x is None else self.x.index_select(0, self.x_src_ids[k])
+                    h_src = self.x_src_rows(k)
                 elif self.way is not None and self.way.exchanger is not None:
                     # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
                     # and their gradients return inside autograd, as in graph parallelism.
@@ -786,13 +806,13 @@ class PipelineExecutor:
                     a, b = ch.lo - base, ch.hi - base
                     features = st.first_unit == 0 and pos == 0
                     if features:
-                        hk = st.x[ch.lo : ch.hi] if st.x is not None else st.x_dst[k]
+                        hk = st.x_dst_rows(k)
                     else:
                         hk = h[a:b]
                     ck = {key: v[a:b] for key, v in carry.items()}
                     if u.aggregates:
                         if features:
-                            h_src = st.x_src[k] if st.x is None else st.x.index_select(0, st.x_src_ids[k])
+                            h_src = st.x_src_rows(k)
                         else:
                             m = ch.nbr_ids.numel()
                             if st.way is not None:  # h's row r is node base + r, as the way's buffers
@@ -826,6 +846,8 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's parts)
     of ``S`` stages, ``rank = way·S + stage``.
     """
+    import scipy.sparse as sp
+
     from gnnpipe.models import build_model
     from gnnpipe.parallel.topology import Topology, build_groups
     from gnnpipe.partition import assign_layers, layer_costs, relabel_graph
@@ -857,14 +879,15 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     if len(costs) != len(units):
         raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
     a, b = assign_layers(costs, S)[s_idx]
-    if a != 0:
-        # Only the first stage reads features: the others relabel a zero-width placeholder
-        # instead of gathering an [N, F] copy (the loaded features stay unread on disk).
-        import dataclasses
+    # Only the first stage reads features, and gathers them itself below: relabelling gets a
+    # zero-width placeholder instead of building an [N, F] copy on every rank (the loaded,
+    # memory-mapped features stay unread elsewhere).
+    import dataclasses
 
-        graph.content_hash  # noqa: B018  (cached, so the placeholder graph carries the dataset's)
-        graph = dataclasses.replace(graph, features=np.empty((graph.num_nodes, 0), np.float32), validate=False)
-    rg = relabel_graph(graph, plan)
+    graph.content_hash  # noqa: B018  (cached, so the placeholder graph carries the dataset's)
+    features = graph.features
+    rg = relabel_graph(dataclasses.replace(graph, features=np.empty((graph.num_nodes, 0), np.float32),
+                                           validate=False), plan)
     deg = rg.degrees().astype(np.float32)
     chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm,
                               only=range(way * C, (way + 1) * C))
@@ -877,10 +900,18 @@ def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     out_keys = carry_keys_after(units, b) if not is_last else ()
     in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
-    stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, rg.features if a == 0 else None,
+    x, x_rows = None, None
+    if a == 0:
+        # one way: every row; a hybrid way: its part and its chunks' neighbours
+        if D > 1:
+            x_rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi, dtype=np.int64)]
+                                              + [ch.nbr_ids.numpy() for ch in chunks]))
+        src = np.asarray(plan.perm, dtype=np.int64) if x_rows is None else np.asarray(plan.perm, dtype=np.int64)[x_rows]
+        x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
+    stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
                           rg.labels, None, masks, num_train, is_last, opts, cfg.seed,
                           multilabel=graph.multilabel, carry_out_keys=out_keys, way=link,
-                          hist_dtype=getattr(torch, cfg.history_dtype))
+                          hist_dtype=getattr(torch, cfg.history_dtype), x_rows=x_rows)
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay) if params else _NoOpt()
     ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed,
