@@ -441,6 +441,10 @@ class PipelineStage:
         Returns:
             (output rows [n_k, out_dim], carry dict); on the last stage the output is logits.
         """
+        if training and self._backward_phase:
+            # G may occupy H's storage from the turn on (see begin_backward)
+            raise GnnpipeError(f"internal: forward of chunk {k} after this stage's backward phase began; "
+                               "a stage must run all its forwards of an epoch before any backward")
         ch = self.chunks[k]
         ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed)
         st = _ChunkState()
