@@ -1,6 +1,6 @@
 """What a rank holds: lean dropout, lean pipeline stages, and the memory model's terms.
 
-* hashed dropout keeps a bool mask for backward (not a float copy of its input) and its
+* hashed dropout keeps a bit-packed mask for backward (not a float copy of its input) and its
   gradients equal plain autograd through ``h * mask`` bit for bit;
 * a pipeline stage keeps no copy of the neighbour rows it reads from history (their
   gradient still reaches the cross-chunk buffer), and gathers its features per chunk;
@@ -27,14 +27,17 @@ from gnnpipe.partition import build_plan, relabel_graph
 
 
 class _Saved:
-    """Unique storages autograd saves inside the context (bytes by dtype)."""
+    """Unique storages autograd saves inside the context (bytes by dtype), minus those of
+    ``exclude`` (parameters and a block's own tensors, which the memory model counts under
+    parameters and structure, not activations)."""
 
-    def __init__(self) -> None:
+    def __init__(self, exclude=()) -> None:
+        self.exclude = {t.untyped_storage().data_ptr() for t in exclude}
         self.by_ptr: dict[int, tuple[int, torch.dtype]] = {}
 
     def __enter__(self):
         def pack(t):
-            if t.layout == torch.strided:
+            if t.layout == torch.strided and t.untyped_storage().data_ptr() not in self.exclude:
                 self.by_ptr[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), t.dtype)
             return t
 
@@ -49,7 +52,7 @@ class _Saved:
         return sum(n for n, dt in self.by_ptr.values() if dtype is None or dt == dtype)
 
 
-def test_dropout_saves_bool_mask_and_equals_plain_autograd():
+def test_dropout_saves_packed_mask_and_equals_plain_autograd():
     torch.manual_seed(0)
     gid = torch.randperm(10_000)[:700]
     w = torch.randn(48, 16)
@@ -70,9 +73,10 @@ def test_dropout_saves_bool_mask_and_equals_plain_autograd():
     y1, g1, s1 = run(lambda h: ops.hashed_dropout(h, gid, 0.3, 5, 2, 7))
     assert torch.equal(y0, y1) and torch.equal(g0, g1)
     mask_bytes = 700 * 48
-    assert s1.bytes(torch.bool) == mask_bytes
-    # the plain path keeps a float mask (4 bytes per value) where we keep 1
-    assert s0.bytes() - s1.bytes() == 3 * mask_bytes
+    assert s1.bytes(torch.uint8) == mask_bytes // 8  # bit-packed: 8 values per byte
+    assert s1.bytes(torch.bool) == 0
+    # the plain path keeps a float mask (4 bytes per value) where we keep 1/8
+    assert s0.bytes() - s1.bytes() == 4 * mask_bytes - mask_bytes // 8
     # evaluation and inputs without gradient save nothing
     with _Saved() as s2:
         ops.hashed_dropout(h0, gid, 0.3, 5, 2, 7)
@@ -122,6 +126,18 @@ def test_stage_keeps_no_neighbour_copies_and_cross_chunk_gradients_arrive():
     assert torch.count_nonzero(st.gacc[1][nbr] - before[nbr]) > 0
 
 
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        if obj.layout == torch.strided:
+            yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            yield from _tensors(v)
+
+
 def _predicted_saved(stats, spec, units, src, dst):
     from gnnpipe.plan import _saved_bytes
 
@@ -140,7 +156,10 @@ def test_model_counts_what_a_pipeline_stage_saves(model):
     st = _stage(rg, plan, net, a, b)
     carry = {"h0": torch.randn(1, 16)} if model == "gcnii" else {}
     st.begin_epoch(0)
-    with _Saved() as saved:
+    for ch in st.chunks:  # build each block's cached tensors (structure) before measuring
+        ch.block.gcn_adj(), ch.block.gcn_self_weight()
+    own = list(net.parameters()) + [t for ch in st.chunks for t in _tensors(vars(ch.block))]
+    with _Saved(exclude=own) as saved:
         for k in range(4):
             ch = st.chunks[k]
             c = {key: v.expand(ch.size, 16).contiguous() for key, v in carry.items()}

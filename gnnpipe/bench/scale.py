@@ -214,6 +214,7 @@ def plot(rows: list[dict], path: Path) -> Path:
         a.set_yscale("log")
         a.set_xlabel("nodes (degree 20)")
         a.set_ylabel(y)
-        a.legend(fontsize=7)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
     fig.suptitle("GCN-16 d=64, 4 ranks on 2 cores", fontsize=9)
     return C.save_fig(fig, path)
