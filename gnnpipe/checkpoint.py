@@ -62,7 +62,7 @@ MATH_FIELDS = (
     "synth_signal", "normalize_features", "plan",
     "mode", "model", "backend", "layers", "hidden", "heads", "dropout", "alpha", "lam",
     "lr", "weight_decay", "seed", "stages", "ways", "chunks", "parts", "method", "exact",
-    "shuffle", "grad_fix", "snapshot_period",
+    "shuffle", "grad_fix", "snapshot_period", "history_dtype",
 )
 # Fields that may change between the killed run and its resumption (everything else in
 # the config, e.g. threads, timeout, comm, device, root, does not change the numbers

@@ -74,15 +74,18 @@ its weights across ways.
 
 **Memory** per rank, term by term what the executors hold: parameters, gradients and
 Adam's two moments (4× parameter bytes); the dataset as the rank reads it (graph mode: its
-own rows; pipeline: all of it, relabelling reads every row); the blocks with their cached
-normalised CSR and transpose (the pipeline: every chunk's, whose source rows are the
-chunk's own plus its out-of-chunk neighbours, Σ_k ≈ 3–5·N rows, and the whole part once
-for evaluation); features (graph mode: own + halo rows; pipeline: one relabelled copy);
-what autograd saves for backward (``SAVED_SRC`` bytes per source value, ``SAVED_DST``
-output tensors per row; the pipeline keeps every chunk's until the flush); history
-buffers (pipeline: ``N·d_in`` per aggregating unit on the stage, plus the cross-chunk
-gradient buffer and the snapshot, 3× in all); pipeline messages and halo buffers; and
-the profile's fixed ``base_mem_bytes``. A configuration whose busiest rank needs more
+own rows; pipeline: the whole structure, relabelling reads every row, and features only on
+the first stage); the blocks with their cached normalised CSR and transpose (the pipeline:
+every chunk's, whose source rows are the chunk's own plus its out-of-chunk neighbours,
+Σ_k ≈ 2–5·N rows; evaluation runs over the same blocks); features (graph mode: own + halo
+rows; pipeline: the first stage's gathered rows); what autograd saves for backward
+(:func:`_saved_bytes`, per unit: bit-packed dropout and ReLU masks over source rows, the
+transform's input over destination rows; the pipeline keeps every chunk's until the
+flush); history buffers (pipeline: two ``R·d_in`` buffers per aggregating unit on the
+stage — history and cross-chunk gradients, or history and snapshot — with ``R`` = N, or a
+hybrid way's own rows, in ``ModelSpec.history_bytes`` per value); the gradient receives
+from the next stage at the turn to backward, and halo buffers; and the profile's fixed
+``base_mem_bytes``. A configuration whose busiest rank needs more
 than ``mem_bytes`` is rejected, with why.
 """
 
@@ -208,6 +211,8 @@ class ModelSpec:
         hidden: d.
         heads: attention heads of gat's hidden layers (ignored otherwise).
         bytes_per_value: s (4 for float32).
+        history_bytes: bytes per value of the pipeline's history, cross-chunk gradient and
+            snapshot buffers (4: float32; 2: ``--history-dtype bfloat16``).
     """
 
     model: str = "gcn"
@@ -215,6 +220,7 @@ class ModelSpec:
     hidden: int = 100
     heads: int = 1
     bytes_per_value: int = 4
+    history_bytes: int = 4
 
     def __post_init__(self) -> None:
         if self.model.lower() not in volume.MODELS:
@@ -223,6 +229,8 @@ class ModelSpec:
         for k in ("layers", "hidden", "heads", "bytes_per_value"):
             if getattr(self, k) < 1:
                 raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
+        if self.history_bytes not in (2, 4):
+            raise GnnpipeError(f"history_bytes: expected 4 (float32) or 2 (bfloat16), got {self.history_bytes}")
         if self.model == "gat" and self.hidden % self.heads:
             raise GnnpipeError(f"hidden: {self.hidden} is not a multiple of heads={self.heads} (gat)")
 
@@ -697,12 +705,15 @@ SAVED_DST = {"gcn": 4.125, "sage": 8.125, "gat": 8.0, "gcnii": 4.125, "resgcn+":
 _BIT = 0.125
 
 
-def _dataset_bytes(stats: GraphStats, frac: float = 1.0) -> float:
+def _dataset_bytes(stats: GraphStats, frac: float = 1.0, feature_rows: float | None = None) -> float:
     """The dataset as a rank holds it: int64 CSR, features, int64 labels, 3 bool masks, and
     the plan's int64 permutation and inverse. ``frac``: the share of its rows the rank
-    touches (mapped pages count in RSS once read; a generated graph counts whole)."""
+    touches (mapped pages count in RSS once read; a generated graph counts whole);
+    ``feature_rows``: the feature rows it reads, when not that share (a pipeline stage
+    after the first reads none)."""
     N, E = stats.num_nodes, stats.num_edges
-    return frac * (8.0 * (N + 1 + E) + _feature_bytes(stats, N) + 11.0 * N) + 16.0 * N
+    feats = _feature_bytes(stats, frac * N if feature_rows is None else feature_rows)
+    return frac * (8.0 * (N + 1 + E) + 11.0 * N) + feats + 16.0 * N
 
 
 def _block_bytes(dst: float, src: float, edges: float) -> float:
@@ -966,8 +977,10 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                 # concatenate; backward: scatter-add their gradients (and read the chunk's).
                 comp += (2 * C * prof.chunk_overhead_s
                          + s * u.in_dim * (2.0 * rows + 3.0 * nbrs) / prof.gather_bytes_s)
-                # history, cross-chunk gradients, snapshot: N rows each (every node's id)
-                hist += (3.0 if C > 1 else 0.0) * s * N * u.in_dim
+                # Two buffers of the way's rows at any time: history + cross-chunk gradients
+                # before the first snapshot, history (reused for the gradients in backward)
+                # + snapshot after it; in ``history_bytes`` per value (bfloat16: 2).
+                hist += (2.0 if C > 1 else 0.0) * spec.history_bytes * (N if D == 1 else rows) * u.in_dim
                 if D > 1:
                     # Per chunk, forward rows and backward gradients with the other ways:
                     # 2·C blocking all-to-alls per unit, per-chunk halos (Σ_k M_{w,k}).
@@ -979,23 +992,24 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
             act += _saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
         w_in = units[a].in_dim + (d if spec.h0 and a > 0 else 0)
         w_out = units[b - 1].out_dim + (d if spec.h0 and st < S - 1 else 0)
+        # The first stage reads features: every row with one way, its part and its chunks'
+        # neighbours in a hybrid way; the other stages none.
+        x_rows = (N if D == 1 else min(N, rows + nbrs)) if a == 0 else 0.0
         mem = {
             "parameters+optimizer": ADAM_COPIES * 4.0 * params + (4.0 * params if D > 1 else 0.0),
-            # relabelling reads the whole dataset
-            "dataset": _dataset_bytes(stats, 1.0),
-            # the way's chunk blocks, and its whole part as one block for exact evaluation
-            "structure": (_block_bytes(rows, rows + nbrs, pi.max_edges) + 8.0 * nbrs
-                          + 8.0 * (rows + 1 + pi.max_edges) + 40.0 * (rows + pi.max_halo)),
-            # the relabelled features (dense: one [N, F] copy; chunks gather from it)
-            "features": (4.0 * N * stats.num_features if stats.sparse_nnz is None
+            # relabelling reads the whole graph structure (mapped pages); features as read
+            "dataset": _dataset_bytes(stats, 1.0, feature_rows=x_rows),
+            # the way's chunk blocks (evaluation runs over them too)
+            "structure": _block_bytes(rows, rows + nbrs, pi.max_edges) + 8.0 * nbrs,
+            # the first stage's gathered feature rows (sparse: per-chunk copies)
+            "features": (4.0 * x_rows * stats.num_features if stats.sparse_nnz is None
                          else _feature_bytes(stats, 2.0 * rows + nbrs)) if a == 0 else 0.0,
             "activations": act,
             "history": hist,
-            # At the turn from forward to backward: every chunk's received input (held by
-            # its saved graph), every sent output (until the flush) and the gradients
-            # arriving from the next stage (receives posted at the epoch's start only touch
-            # memory as data lands).
-            "pipe buffers": s * rows * ((w_in if st > 0 else 0) + (2.0 * w_out if st < S - 1 else 0)),
+            # At the turn from forward to backward the forward receives are consumed and
+            # freed, sends are freed as they complete, and the gradient receives from the
+            # next stage (posted at the turn) hold the way's rows once.
+            "pipe buffers": s * rows * (w_out if st < S - 1 else 0),
             "backward": 2.0 * s * (rows + nbrs) / C * d,
             "base": prof.base_mem_bytes,
         }
@@ -1045,6 +1059,8 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0)
     halo_bytes = volume.hybrid_bytes(N, chunk_halo, stats.num_features, spec.layers, d, S, D, s,
                                      spec.model, h0=spec.h0) - pipe_bytes
+    if C > 1:  # stale hybrid halo rows and their gradients travel in the history's dtype
+        halo_bytes = halo_bytes * spec.history_bytes // s
     ar_bytes = params_total * 4 * D if D > 1 else 0
     worst = max(stages, key=lambda x: x.mem_bytes)
     fits, reason = _fit(prof, worst.mem_bytes, f"stage {worst.stage} of {S}", worst.mem)
@@ -1137,7 +1153,8 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec) -> str:
         base += f" --heads {spec.heads}"
     if t.mode == "graph":
         return f"{base} --mode graph --parts {t.ways}"
-    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}"
+    dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
+    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}"
 
 
 # ----------------------------------------------------------------------------- Σ M_p

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from gnnpipe import GnnpipeError
-from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, Topology, load_profile, predict, profile_toml)
+from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, Topology, load_profile, predict, profile_toml,
+                          train_command, unit_works)
 
 CPU_FIELDS = dict(cores_per_host=2.0, devices_per_node=64, shared_slowdown=1.1, oversub_slowdown=1.2,
                   coll_overhead_s=3e-4, oversub_wait_s=5e-3, chunk_overhead_s=1e-4, gather_bytes_s=5e9)
@@ -168,3 +169,32 @@ def test_calibrate_measures_the_base_memory_of_a_rank():
     here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # this test process
     assert 1e8 < base < 2e9
     assert base > 0.5 * min(here, 4e8)  # the same libraries are loaded here
+
+
+def test_history_terms_follow_the_executor(cpu):
+    # A stage holds two buffers of its way's rows per aggregating unit whose input is
+    # trained (history + cross-chunk gradients, or history + snapshot), in the history's
+    # dtype; bfloat16 halves them and the stale hybrid's halo bytes, not the pipe's.
+    st = _stats({8: 30000}, chunk_halo={8: 9000})
+    f32, b16 = ModelSpec("gcn", 8, 64), ModelSpec("gcn", 8, 64, history_bytes=2)
+    pipe = Topology("pipeline", 1, 2, 8)
+    units = unit_works(st, f32)
+    for x in predict(st, f32, pipe, cpu).per_stage:
+        a, b = x.units
+        trained = [u for u in units[a:b] if u.aggregates and not u.reads_features]
+        assert x.mem["history"] == pytest.approx(2 * 4 * st.num_nodes * sum(u.in_dim for u in trained))
+    p32, p16 = predict(st, f32, pipe, cpu), predict(st, b16, pipe, cpu)
+    for x32, x16 in zip(p32.per_stage, p16.per_stage):
+        assert x16.mem["history"] == pytest.approx(x32.mem["history"] / 2)
+    assert p16.bytes == p32.bytes
+    hyb = Topology("hybrid", 2, 2, 8)
+    h32, h16 = predict(st, f32, hyb, cpu), predict(st, b16, hyb, cpu)
+    way_rows = st.part(2).max_nodes  # a way's buffers hold its own part's rows only
+    x = h32.per_stage[1]
+    trained = [u for u in units[x.units[0]:x.units[1]] if u.aggregates and not u.reads_features]
+    assert x.mem["history"] == pytest.approx(2 * 4 * way_rows * sum(u.in_dim for u in trained))
+    assert h16.bytes["halo"] == h32.bytes["halo"] // 2 and h16.bytes["pipe"] == h32.bytes["pipe"]
+    assert "--history-dtype bfloat16" in train_command(h16, "d", b16)
+    assert "--history-dtype" not in train_command(h32, "d", f32)
+    with pytest.raises(GnnpipeError, match="history_bytes"):
+        ModelSpec("gcn", 8, 64, history_bytes=3)

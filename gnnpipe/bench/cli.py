@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--method", choices=("metis", "random"), default="metis", help="scale: partitioner (default metis)")
     ap.add_argument("--random-above", type=int, default=None,
                     help="scale: partition graphs with more nodes than this randomly (default: never)")
+    ap.add_argument("--history-dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="scale: pipeline/hybrid history buffers (default float32; such rows are labelled +bf16)")
     ap.add_argument("--debug", action="store_true", help="tracebacks")
     return ap
 
@@ -86,7 +88,8 @@ def _dispatch(args: argparse.Namespace) -> str:
         from gnnpipe.bench import scale
 
         extra = {"sizes": args.sizes} if args.sizes else {}
-        return scale.run(args.out, method=args.method, random_above=args.random_above, only=args.only, **extra, **kw)[1]
+        return scale.run(args.out, method=args.method, random_above=args.random_above, only=args.only,
+                         history_dtype=args.history_dtype, **extra, **kw)[1]
     if args.sub == "overhead":
         from gnnpipe.bench import overhead
 

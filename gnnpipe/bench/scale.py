@@ -15,6 +15,7 @@ shared machine out of memory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -101,13 +102,16 @@ def _stats(gdir: Path, plans: dict, topos):
 
 def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: str = "metis",
         progress: bool = True, random_above: int | None = None,
-        only: Sequence[str] | None = None, mem_fraction: float = 0.85) -> tuple[list[dict], str]:
+        only: Sequence[str] | None = None, mem_fraction: float = 0.85,
+        history_dtype: str = "float32") -> tuple[list[dict], str]:
     """Generate, partition, run; write ``out/scale/``. Returns (rows, markdown).
 
     ``random_above``: graphs with more nodes than this are partitioned randomly whatever
     ``method`` says (METIS on 1M nodes / 20M edges needs ~2 min per plan on a quiet
     machine and far longer on a loaded one); the ``partitioner`` column says which ran.
     ``only``: configuration labels to run (e.g. ``G4``); only their plans are made.
+    ``history_dtype``: pipeline and hybrid points hold their history buffers in this dtype
+    (``bfloat16`` halves them; such points are labelled ``<config>+bf16``).
     ``mem_fraction``: a point runs if :data:`MEM_SAFETY` × the predicted memory of its
     ranks (:func:`ranks_memory`; in graph mode the busiest part's times the parts, so the
     guard is conservative there) fits in this share of the memory available now.
@@ -128,6 +132,7 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                            f"{', '.join(C.label(t) for t in world_topologies(4))})")
     prof = load_profile("cpu-this-machine")
     spec = ModelSpec(MODEL, LAYERS, HIDDEN)
+    bf16 = history_dtype == "bfloat16"
     rows = []
     base_method = method
     for n in sizes:
@@ -135,8 +140,10 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
         gdir, plans, times = prepare(data, n, method, topos, log_path)
         stats = C.call_quietly(lambda: _stats(gdir, plans, topos))
         for t in topos:
-            p = predict(stats, spec, t, prof)
-            row = {"nodes": n, "edges": stats.num_edges, "config": C.label(t), "mode": t.mode, "partitioner": method,
+            lean = bf16 and t.mode != "graph"
+            p = predict(stats, dataclasses.replace(spec, history_bytes=2 if lean else 4), t, prof)
+            label = C.label(t) + ("+bf16" if lean else "")
+            row = {"nodes": n, "edges": stats.num_edges, "config": label, "mode": t.mode, "partitioner": method,
                    "pred_s": p.epoch_s, "pred_mem_mb": p.peak_mem_bytes / 2**20, **times}
             need = ranks_memory(p, t)
             row["pred_total_mb"] = need / 2**20
@@ -147,10 +154,11 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                 rows.append(row)
                 (out_dir / "partial.json").write_text(json.dumps(rows, indent=1))
                 continue
-            name = f"rmat{n}-{C.label(t)}"
+            name = f"rmat{n}-{label}"
+            dtype_flags = ["--history-dtype", "bfloat16"] if lean else []
             res = C.run_jobs([C.Job(name, ["--lean-memory", "--dataset", str(gdir), "--plan", str(plans[C.label(t)]), "--model", MODEL,
                                            "--layers", str(LAYERS), "--hidden", str(HIDDEN), "--epochs", "2",
-                                           "--eval-every", "100000", *C.topo_flags(t)], t.world)],
+                                           "--eval-every", "100000", *C.topo_flags(t), *dtype_flags], t.world)],
                              out_dir / "runs", fresh=True, progress=progress, desc=f"scale {n:,} {C.label(t)}",
                              timeout_s=3600)[name]
             if res["error"] or not res["metrics"]:

@@ -3,7 +3,7 @@
 Usage::
 
     gnnpipe-plan DATASET --world N --layers L --hidden d --model M [--profile P]
-        [--heads H] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
+        [--heads H] [--history-dtype float32|bfloat16] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
     gnnpipe-plan calibrate [--out FILE] [--quick]      (measure this machine, write a profile)
@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=int, default=100, help="hidden width d (default 100)")
     ap.add_argument("--model", default="gcn", help="gcn, sage, gat, gcnii or resgcn+ (default gcn)")
     ap.add_argument("--heads", type=int, default=1, help="gat heads (default 1)")
+    ap.add_argument("--history-dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="pipeline/hybrid history buffers as gnnpipe-train would hold them (default float32)")
     ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path (default cpu-this-machine)")
     ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
     ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
@@ -160,7 +162,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
     if min(factors) < 1:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
-    spec = ModelSpec(args.model, args.layers, args.hidden, args.heads)
+    spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
+                     history_bytes=2 if args.history_dtype == "bfloat16" else 4)
     profile = load_profile(args.profile)
     stats, dataset = _stats(args, spec, factors)
     t0 = time.perf_counter()
