@@ -471,6 +471,10 @@ class UnitWork:
         act: what its output's consumer keeps: ``"relu"`` (1 bit per value), ``"elu"``
             (4 bytes), ``"loss"`` (the last unit: the loss's log-softmax, 4 bytes), ``""``.
         heads: attention heads (gat).
+        elem_src_bytes: the part of ``elem_bytes`` that runs over an aggregating unit's
+            SOURCE rows (the input dropout before the aggregation; res+ also its LayerNorm
+            and ReLU): it grows with the halo in graph mode and with every chunk's
+            neighbour rows in the pipeline.
     """
 
     gemm_flops: float
@@ -485,6 +489,7 @@ class UnitWork:
     agg_first: bool = False
     act: str = ""
     heads: int = 1
+    elem_src_bytes: float = 0.0
 
 
 def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
@@ -509,6 +514,9 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
 
     def elem(width_in: int, width_out: int, dropout_input: bool = True) -> float:
         return ELEM_PASSES * s * N * (width_out + (width_in if dropout_input else 0)) / 2.0
+
+    def elem_src(width_in: int) -> float:  # the input dropout's share of elem(), over src rows
+        return ELEM_PASSES * s * N * width_in / 2.0
 
     out: list[UnitWork] = []
     if m in volume.FEATURE_FIRST_MODELS:
@@ -539,9 +547,10 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
                 sp += 2.0 * 3.0 * E * fout
                 params = fin * fout + 2 * fout + fout
             act = "loss" if last else ("elu" if m == "gat" else "relu")
-            out.append(UnitWork(g, sp, elem(fin, fout, not (first and nnz is not None)), params, fin, fout,
+            dropped = not (first and nnz is not None)
+            out.append(UnitWork(g, sp, elem(fin, fout, dropped), params, fin, fout,
                                 True, first, gemm_on_src=not agg_first, agg_first=agg_first, act=act,
-                                heads=heads))
+                                heads=heads, elem_src_bytes=elem_src(fin) if dropped else 0.0))
         return out
     g, sp = first_gemm(d)
     out.append(UnitWork(g, sp, elem(F, d, nnz is None), F * d + d, F, d, False, True,
@@ -550,10 +559,10 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
         if m == "gcnii":
             # Aggregate, mix with h0, identity-mapped d×d weight (shared weights: one matrix).
             out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 2 * d), d * d, d, d, True, False,
-                                agg_first=True, act="relu"))
-        else:  # resgcn+: LayerNorm → ReLU → dropout → GCN (aggregate first, d <= d) → +h
+                                agg_first=True, act="relu", elem_src_bytes=elem_src(d)))
+        else:  # resgcn+: LayerNorm → ReLU → dropout (all over src rows) → GCN (aggregate first) → +h
             out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 3 * d), d * d + 3 * d, d, d, True, False,
-                                agg_first=True))
+                                agg_first=True, elem_src_bytes=elem_src(3 * d)))
     pre = 2 * d if m == "resgcn+" else 0
     out.append(UnitWork(3.0 * 2.0 * N * d * K, 0.0, elem(d, K), d * K + K + pre, d, K, False, False, act="loss"))
     return out
@@ -573,6 +582,17 @@ def _unit_time(u: UnitWork, prof: HardwareProfile, frac: float, passes: int, gem
     gf = frac if gemm_frac is None else gemm_frac
     return (u.gemm_flops * gf / prof.gemm_flops_s + u.spmm_ew * frac / prof.spmm_edge_width_s
             + u.elem_bytes * frac / prof.mem_bytes_s + passes * prof.unit_overhead_s)
+
+
+def _elem_bytes(u: UnitWork, frac_rows: float, frac_src: float) -> float:
+    """Elementwise bytes of ``u`` when it runs on ``frac_rows`` of the graph's rows as
+    destinations and ``frac_src`` as sources: a transform on source rows takes all its
+    elementwise work there; otherwise only the input dropout's share (``elem_src_bytes``)."""
+    if u.gemm_on_src and u.aggregates:
+        return u.elem_bytes * frac_src
+    if not u.aggregates:
+        return u.elem_bytes * frac_rows
+    return (u.elem_bytes - u.elem_src_bytes) * frac_rows + u.elem_src_bytes * frac_src
 
 
 # ----------------------------------------------------------------------------- prediction
@@ -878,7 +898,7 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
         # transforms on h_src).
         compute += (u.gemm_flops * (frac_src if u.gemm_on_src else frac_rows) / prof.gemm_flops_s
                     + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                    + u.elem_bytes * (frac_src if u.gemm_on_src else frac_rows) / prof.mem_bytes_s
+                    + _elem_bytes(u, frac_rows, frac_src) / prof.mem_bytes_s
                     + 2 * prof.unit_overhead_s)
     n_x = volume.exchanged_layers(spec.model, spec.layers)
     if P > 1:
@@ -970,7 +990,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
             comp += _unit_time(u, prof, 0.0, 2 * C) + (
                 u.gemm_flops * (frac_src if on_src else frac_rows) / prof.gemm_flops_s
                 + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                + u.elem_bytes * (frac_src if on_src else frac_rows) / prof.mem_bytes_s)
+                + _elem_bytes(u, frac_rows, frac_src) / prof.mem_bytes_s)
             params += u.params
             if u.aggregates and not u.reads_features:
                 # History path per chunk: write the chunk's rows, gather its neighbour rows,

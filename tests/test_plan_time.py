@@ -198,3 +198,21 @@ def test_history_terms_follow_the_executor(cpu):
     assert "--history-dtype" not in train_command(h32, "d", f32)
     with pytest.raises(GnnpipeError, match="history_bytes"):
         ModelSpec("gcn", 8, 64, history_bytes=3)
+
+
+def test_input_dropout_runs_over_neighbour_rows(cpu):
+    # Every aggregating unit drops out its whole h_src (own + neighbour rows) before it
+    # aggregates: that elementwise work grows with the chunks' neighbour rows (and with the
+    # halo in graph mode); a row-wise unit's does not.
+    topo = Topology("pipeline", 1, 2, 8)
+    noelem = replace(cpu, mem_bytes_s=1e30)
+    spec = ModelSpec("gcnii", 8, 64)
+
+    def elem_part(nbrs):
+        st = _stats({8: nbrs})
+        return predict(st, spec, topo, cpu).compute_s - predict(st, spec, topo, noelem).compute_s
+
+    assert elem_part(60000) > 1.5 * elem_part(10000)
+    for u in unit_works(_stats(), spec):
+        assert 0.0 <= u.elem_src_bytes <= u.elem_bytes
+        assert (u.elem_src_bytes > 0) == u.aggregates
