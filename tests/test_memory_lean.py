@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,31 +26,10 @@ from gnnpipe.parallel.chunks import ChunkInfo, ChunkNeighbours, build_chunks
 from gnnpipe.parallel.pipeline import PipelineStage, StaleOptions
 from gnnpipe.partition import build_plan, relabel_graph
 
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
 
-class _Saved:
-    """Unique storages autograd saves inside the context (bytes by dtype), minus those of
-    ``exclude`` (parameters and a block's own tensors, which the memory model counts under
-    parameters and structure, not activations)."""
-
-    def __init__(self, exclude=()) -> None:
-        self.exclude = {t.untyped_storage().data_ptr() for t in exclude}
-        self.by_ptr: dict[int, tuple[int, torch.dtype]] = {}
-
-    def __enter__(self):
-        def pack(t):
-            if t.layout == torch.strided and t.untyped_storage().data_ptr() not in self.exclude:
-                self.by_ptr[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), t.dtype)
-            return t
-
-        self._ctx = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._ctx.__exit__(*exc)
-
-    def bytes(self, dtype=None) -> int:
-        return sum(n for n, dt in self.by_ptr.values() if dtype is None or dt == dtype)
+from saved import Saved, tensors  # noqa: E402
 
 
 def test_dropout_saves_packed_mask_and_equals_plain_autograd():
@@ -60,7 +40,7 @@ def test_dropout_saves_packed_mask_and_equals_plain_autograd():
 
     def run(drop):
         h = h0.clone().requires_grad_(True)
-        with _Saved() as saved:
+        with Saved() as saved:
             y = torch.relu(drop(h) @ w)
         y.pow(2).sum().backward()
         return y.detach(), h.grad, saved
@@ -78,7 +58,7 @@ def test_dropout_saves_packed_mask_and_equals_plain_autograd():
     # the plain path keeps a float mask (4 bytes per value) where we keep 1/8
     assert s0.bytes() - s1.bytes() == 4 * mask_bytes - mask_bytes // 8
     # evaluation and inputs without gradient save nothing
-    with _Saved() as s2:
+    with Saved() as s2:
         ops.hashed_dropout(h0, gid, 0.3, 5, 2, 7)
     assert s2.bytes() == 0
 
@@ -126,18 +106,6 @@ def test_stage_keeps_no_neighbour_copies_and_cross_chunk_gradients_arrive():
     assert torch.count_nonzero(st.gacc[1][nbr] - before[nbr]) > 0
 
 
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        if obj.layout == torch.strided:
-            yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (tuple, list)):
-        for v in obj:
-            yield from _tensors(v)
-
-
 def _predicted_saved(stats, spec, units, src, dst):
     from gnnpipe.plan import _saved_bytes
 
@@ -158,8 +126,8 @@ def test_model_counts_what_a_pipeline_stage_saves(model):
     st.begin_epoch(0)
     for ch in st.chunks:  # build each block's cached tensors (structure) before measuring
         ch.block.gcn_adj(), ch.block.gcn_self_weight()
-    own = list(net.parameters()) + [t for ch in st.chunks for t in _tensors(vars(ch.block))]
-    with _Saved(exclude=own) as saved:
+    own = list(net.parameters()) + [t for ch in st.chunks for t in tensors(vars(ch.block))]
+    with Saved(exclude=own) as saved:
         for k in range(4):
             ch = st.chunks[k]
             c = {key: v.expand(ch.size, 16).contiguous() for key, v in carry.items()}
@@ -182,7 +150,7 @@ def test_model_counts_what_graph_mode_saves():
 
     blk = Block.full(g.indptr, g.indices)
     x = torch.from_numpy(np.asarray(g.features, dtype=np.float32))
-    with _Saved() as saved:
+    with Saved() as saved:
         net(blk, x, RunCtx(training=True, epoch=0, seed=0))
     stats = GraphStats(int(g.num_nodes), int(g.num_edges), int(g.num_features), int(g.num_classes))
     spec = ModelSpec("gcn", 4, 16)

@@ -11,6 +11,9 @@ bit-packed dropout and ReLU against plain autograd, bit for bit.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +21,11 @@ import torch
 from gnnpipe.data.graph import symmetric_csr
 from gnnpipe.models import Block, ModelConfig, RunCtx, build_model, ops
 from gnnpipe.plan import SAVED_DST, SAVED_SRC, GraphStats, ModelSpec, _saved_bytes, unit_works
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+from saved import Saved, tensors  # noqa: E402
 
 # ------------------------------------------------------------------------ bit packing
 
@@ -49,7 +57,7 @@ def test_dropout_saves_packed_mask_and_equals_unpacked_reference(rows, cols):
     res = []
     for fn in (reference, lambda h: ops.hashed_dropout(h, gid, p, 5, 2, 7)):
         h = h0.clone().requires_grad_(True)
-        with _Saved() as saved:
+        with Saved() as saved:
             y = fn(h)
         (y * up).sum().backward()
         res.append((y.detach(), h.grad, saved))
@@ -67,63 +75,19 @@ def test_relu_saves_sign_bits_and_equals_torch_relu():
     res = []
     for fn in (torch.relu, ops.relu):
         x = x0.clone().requires_grad_(True)
-        with _Saved() as saved:
+        with Saved() as saved:
             y = fn(x)
         y.backward(up)
         res.append((y.detach(), x.grad, saved))
     (y0, g0, s0), (y1, g1, s1) = res
     assert _same_bits(y0, y1) and _same_bits(g0, g1)
     assert s0.bytes() == 37 * 11 * 4 and s1.by_dtype() == {torch.uint8: (37 * 11 + 7) // 8}
-    with _Saved() as s2:  # no graph: plain relu, nothing kept
+    with Saved() as s2:  # no graph: plain relu, nothing kept
         ops.relu(x0)
     assert s2.bytes() == 0
 
 
 # ------------------------------------------------------------------- per-unit memory
-class _Saved:
-    """Unique storages autograd saves inside the context, minus ``exclude``'s storages."""
-
-    def __init__(self, exclude=()) -> None:
-        self.exclude = {t.untyped_storage().data_ptr() for t in exclude}
-        self.by_ptr: dict[int, tuple[int, torch.dtype]] = {}
-
-    def __enter__(self):
-        def pack(t):
-            if t.layout == torch.strided:
-                st = t.untyped_storage()
-                if st.data_ptr() not in self.exclude:
-                    self.by_ptr[st.data_ptr()] = (st.nbytes(), t.dtype)
-            return t
-
-        self._ctx = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._ctx.__exit__(*exc)
-
-    def bytes(self) -> int:
-        return sum(n for n, _ in self.by_ptr.values())
-
-    def by_dtype(self) -> dict:
-        out: dict = {}
-        for n, dt in self.by_ptr.values():
-            out[dt] = out.get(dt, 0) + n
-        return out
-
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        if obj.layout == torch.strided:
-            yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (tuple, list)):
-        for v in obj:
-            yield from _tensors(v)
-
-
 N_GRAPH, DEG, N_DST = 20_000, 3.5, 1000
 F_SMALL, F_WIDE, D, C, HEADS = 16, 48, 32, 4, 2
 
@@ -152,8 +116,8 @@ def measure(blk, model, idx, num_features, backend="pyg"):
     carry = {"h0": torch.randn(blk.num_dst, D, generator=g).requires_grad_(True)} if model == "gcnii" else {}
     with torch.no_grad():  # build the block's cached matrices first: the block holds them
         u(h_dst, carry, ctx, blk, h_src if u.aggregates else None)
-    keep = list(net.parameters()) + list(_tensors(vars(blk)))
-    with _Saved(keep) as saved:
+    keep = list(net.parameters()) + list(tensors(vars(blk)))
+    with Saved(keep) as saved:
         u(h_dst, carry, ctx, blk, h_src if u.aggregates else None)
     return u, saved.bytes()
 
