@@ -312,6 +312,8 @@ PROFILE_OPTIONAL = {
                         "bandwidth and caches), >= 1", 1.0),
     "oversub_slowdown": ("further slow-down per rank beyond the fair share ranks/cores when ranks "
                          "outnumber cores (context switches, cache refills), >= 1", 1.0),
+    "dropout_values_s": ("hashed dropout, forward + backward, values/s (0: as elementwise work at "
+                         "mem_bytes_s)", 0.0),
 }
 
 
@@ -340,6 +342,7 @@ class HardwareProfile:
     oversub_wait_s: float = 0.0
     shared_slowdown: float = 1.0
     oversub_slowdown: float = 1.0
+    dropout_values_s: float = 0.0  # 0: ELEM_PASSES·s/2 bytes per value at mem_bytes_s
 
     def __post_init__(self) -> None:
         if not self.cores_per_host:
@@ -472,9 +475,12 @@ class UnitWork:
             (4 bytes), ``"loss"`` (the last unit: the loss's log-softmax, 4 bytes), ``""``.
         heads: attention heads (gat).
         elem_src_bytes: the part of ``elem_bytes`` that runs over an aggregating unit's
-            SOURCE rows (the input dropout before the aggregation; res+ also its LayerNorm
-            and ReLU): it grows with the halo in graph mode and with every chunk's
-            neighbour rows in the pipeline.
+            SOURCE rows (res+: its LayerNorm and ReLU before the aggregation): it grows
+            with the halo in graph mode and with every chunk's neighbour rows in the
+            pipeline.
+        drop_values: values of the unit's input dropout (hashed: a counter-based hash per
+            value, several times an elementwise pass); over source rows when the unit
+            aggregates (it drops its whole ``h_src``), else over its rows.
     """
 
     gemm_flops: float
@@ -490,6 +496,7 @@ class UnitWork:
     act: str = ""
     heads: int = 1
     elem_src_bytes: float = 0.0
+    drop_values: float = 0.0
 
 
 def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
@@ -512,11 +519,11 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
             return 0.0, 2.0 * times * nnz * fout
         return 2.0 * 2.0 * times * N * F * fout, 0.0
 
-    def elem(width_in: int, width_out: int, dropout_input: bool = True) -> float:
-        return ELEM_PASSES * s * N * (width_out + (width_in if dropout_input else 0)) / 2.0
+    def elem(width_out: int) -> float:  # bias, activation and their gradients, per output value
+        return ELEM_PASSES * s * N * width_out / 2.0
 
-    def elem_src(width_in: int) -> float:  # the input dropout's share of elem(), over src rows
-        return ELEM_PASSES * s * N * width_in / 2.0
+    def drop(width_in: int, dropped: bool = True) -> float:  # input dropout values
+        return float(N * width_in) if dropped else 0.0
 
     out: list[UnitWork] = []
     if m in volume.FEATURE_FIRST_MODELS:
@@ -548,23 +555,24 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
                 params = fin * fout + 2 * fout + fout
             act = "loss" if last else ("elu" if m == "gat" else "relu")
             dropped = not (first and nnz is not None)
-            out.append(UnitWork(g, sp, elem(fin, fout, dropped), params, fin, fout,
+            out.append(UnitWork(g, sp, elem(fout), params, fin, fout,
                                 True, first, gemm_on_src=not agg_first, agg_first=agg_first, act=act,
-                                heads=heads, elem_src_bytes=elem_src(fin) if dropped else 0.0))
+                                heads=heads, drop_values=drop(fin, dropped)))
         return out
     g, sp = first_gemm(d)
-    out.append(UnitWork(g, sp, elem(F, d, nnz is None), F * d + d, F, d, False, True,
-                        act="relu" if m == "gcnii" else ""))
+    out.append(UnitWork(g, sp, elem(d), F * d + d, F, d, False, True,
+                        act="relu" if m == "gcnii" else "", drop_values=drop(F, nnz is None)))
     for _ in range(L):
         if m == "gcnii":
             # Aggregate, mix with h0, identity-mapped d×d weight (shared weights: one matrix).
-            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 2 * d), d * d, d, d, True, False,
-                                agg_first=True, act="relu", elem_src_bytes=elem_src(d)))
+            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(2 * d), d * d, d, d, True, False,
+                                agg_first=True, act="relu", drop_values=drop(d)))
         else:  # resgcn+: LayerNorm → ReLU → dropout (all over src rows) → GCN (aggregate first) → +h
-            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(d, 3 * d), d * d + 3 * d, d, d, True, False,
-                                agg_first=True, elem_src_bytes=elem_src(3 * d)))
+            out.append(UnitWork(3.0 * 2.0 * N * d * d, 2.0 * E * d, elem(3 * d), d * d + 3 * d, d, d, True, False,
+                                agg_first=True, elem_src_bytes=elem(2 * d), drop_values=drop(d)))
     pre = 2 * d if m == "resgcn+" else 0
-    out.append(UnitWork(3.0 * 2.0 * N * d * K, 0.0, elem(d, K), d * K + K + pre, d, K, False, False, act="loss"))
+    out.append(UnitWork(3.0 * 2.0 * N * d * K, 0.0, elem(K), d * K + K + pre, d, K, False, False, act="loss",
+                        drop_values=drop(d)))
     return out
 
 
@@ -581,18 +589,27 @@ def param_count(stats: GraphStats, spec: ModelSpec) -> int:
 def _unit_time(u: UnitWork, prof: HardwareProfile, frac: float, passes: int, gemm_frac: float | None = None) -> float:
     gf = frac if gemm_frac is None else gemm_frac
     return (u.gemm_flops * gf / prof.gemm_flops_s + u.spmm_ew * frac / prof.spmm_edge_width_s
-            + u.elem_bytes * frac / prof.mem_bytes_s + passes * prof.unit_overhead_s)
+            + _elem_time(u, prof, frac, frac) + passes * prof.unit_overhead_s)
 
 
-def _elem_bytes(u: UnitWork, frac_rows: float, frac_src: float) -> float:
-    """Elementwise bytes of ``u`` when it runs on ``frac_rows`` of the graph's rows as
-    destinations and ``frac_src`` as sources: a transform on source rows takes all its
-    elementwise work there; otherwise only the input dropout's share (``elem_src_bytes``)."""
-    if u.gemm_on_src and u.aggregates:
-        return u.elem_bytes * frac_src
+def dropout_time(values: float, prof: HardwareProfile, bytes_per_value: int = 4) -> float:
+    """Seconds of hashed dropout (forward + backward) over ``values`` values: the profile's
+    measured ``dropout_values_s``, or, when it has none, elementwise passes at ``mem_bytes_s``."""
+    if prof.dropout_values_s > 0:
+        return values / prof.dropout_values_s
+    return values * ELEM_PASSES * bytes_per_value / 2.0 / prof.mem_bytes_s
+
+
+def _elem_time(u: UnitWork, prof: HardwareProfile, frac_rows: float, frac_src: float) -> float:
+    """Elementwise seconds of ``u`` (dropout included) when it runs on ``frac_rows`` of the
+    graph's rows as destinations and ``frac_src`` as sources: an aggregating unit drops out
+    its source rows; a transform on source rows takes all its elementwise work there, else
+    only ``elem_src_bytes`` runs over them."""
     if not u.aggregates:
-        return u.elem_bytes * frac_rows
-    return (u.elem_bytes - u.elem_src_bytes) * frac_rows + u.elem_src_bytes * frac_src
+        return u.elem_bytes * frac_rows / prof.mem_bytes_s + dropout_time(u.drop_values * frac_rows, prof)
+    src_bytes = u.elem_bytes if u.gemm_on_src else u.elem_src_bytes
+    return (((u.elem_bytes - src_bytes) * frac_rows + src_bytes * frac_src) / prof.mem_bytes_s
+            + dropout_time(u.drop_values * frac_src, prof))
 
 
 # ----------------------------------------------------------------------------- prediction
@@ -898,7 +915,7 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
         # transforms on h_src).
         compute += (u.gemm_flops * (frac_src if u.gemm_on_src else frac_rows) / prof.gemm_flops_s
                     + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                    + _elem_bytes(u, frac_rows, frac_src) / prof.mem_bytes_s
+                    + _elem_time(u, prof, frac_rows, frac_src)
                     + 2 * prof.unit_overhead_s)
     n_x = volume.exchanged_layers(spec.model, spec.layers)
     if P > 1:
@@ -990,7 +1007,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
             comp += _unit_time(u, prof, 0.0, 2 * C) + (
                 u.gemm_flops * (frac_src if on_src else frac_rows) / prof.gemm_flops_s
                 + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                + _elem_bytes(u, frac_rows, frac_src) / prof.mem_bytes_s)
+                + _elem_time(u, prof, frac_rows, frac_src))
             params += u.params
             if u.aggregates and not u.reads_features:
                 # History path per chunk: write the chunk's rows, gather its neighbour rows,

@@ -103,9 +103,9 @@ def test_hybrid_pair_exchanges_do_not_wait(cpu):
 
 def test_optional_profile_fields_round_trip_and_validate(tmp_path, cpu):
     path = tmp_path / "p.toml"
-    path.write_text(profile_toml(cpu))
+    path.write_text(profile_toml(replace(cpu, dropout_values_s=1.25e8)))
     back = load_profile(path)
-    for k, v in CPU_FIELDS.items():
+    for k, v in {**CPU_FIELDS, "dropout_values_s": 1.25e8}.items():
         assert getattr(back, k) == pytest.approx(v), k
     bad = path.read_text().replace("oversub_slowdown = 1.2", "oversub_slowdown = 0.5")
     path.write_text(bad)
@@ -213,6 +213,18 @@ def test_input_dropout_runs_over_neighbour_rows(cpu):
         return predict(st, spec, topo, cpu).compute_s - predict(st, spec, topo, noelem).compute_s
 
     assert elem_part(60000) > 1.5 * elem_part(10000)
+    # and at the profile's own dropout rate when it has one (hashed dropout costs several
+    # elementwise passes per value)
+    slow_drop = replace(cpu, dropout_values_s=1e6)
+    st = _stats({8: 10000})
+    assert predict(st, spec, topo, slow_drop).compute_s > predict(st, spec, topo, cpu).compute_s
     for u in unit_works(_stats(), spec):
         assert 0.0 <= u.elem_src_bytes <= u.elem_bytes
-        assert (u.elem_src_bytes > 0) == u.aggregates
+        assert u.drop_values > 0  # every gcnii unit drops out its input
+
+
+def test_calibrate_measures_hashed_dropout():
+    from gnnpipe.cli.plan import measure_dropout
+
+    rate = measure_dropout(quick=True)
+    assert 1e5 < rate < 1e12  # values per second of CPU time: positive and finite

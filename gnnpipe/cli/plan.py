@@ -332,7 +332,31 @@ def _random_csr(n: int, deg: int, seed: int):
     return indptr, cols.astype(np.int64)
 
 
-def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = False) -> dict:
+def measure_dropout(quick: bool = False) -> float:
+    """Hashed dropout (:func:`gnnpipe.models.ops.hashed_dropout`), forward + backward, on a
+    [20000, 128] block of rows: values per second of this thread's CPU time (the
+    counter-based hash per value costs several elementwise passes, so the model gives it
+    its own rate: ``dropout_values_s``)."""
+    import torch
+
+    from gnnpipe.models import ops
+
+    torch.set_num_threads(1)
+    n, w = (5000, 128) if quick else (20000, 128)
+    h = torch.randn(n, w, requires_grad=True)
+    gid = torch.arange(n)
+    g = torch.ones(n, w)
+    ep = [0]
+
+    def step():
+        ep[0] += 1
+        ops.hashed_dropout(h, gid, 0.5, 0, ep[0], 1).backward(g)
+
+    return n * w / _timeit(step, 3 if quick else 7, best=True)
+
+
+def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = False,
+                  dropout_values_s: float = 0.0) -> dict:
     """Fit the SpMM and elementwise rates and the per-pass overhead to real gnnpipe units.
 
     For each :data:`UNIT_FIT_CASES` graph, a 4-layer model of :mod:`gnnpipe.models` runs
@@ -356,11 +380,11 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
 
     from gnnpipe.models import ModelConfig, RunCtx, build_model
     from gnnpipe.models.block import Block
-    from gnnpipe.plan import GraphStats, ModelSpec, unit_works
+    from gnnpipe.plan import ELEM_PASSES, GraphStats, ModelSpec, unit_works
 
     torch.set_num_threads(1)
     reps = 2 if quick else 4
-    rows, ys, names = [], [], []
+    rows, ys, names, drop_values = [], [], [], []
     for i, (model, n, deg, F, d) in enumerate(UNIT_FIT_CASES):
         if quick:
             n = max(n // 4, 200)
@@ -378,13 +402,19 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
         t = _timeit(step, reps, best=True)
         st = GraphStats(n, int(indices.size), F, K)
         us = unit_works(st, ModelSpec(model, L, d))
-        rows.append([sum(u.gemm_flops for u in us), sum(u.spmm_ew for u in us),
-                     sum(u.elem_bytes for u in us), 2.0 * len(us)])
+        if dropout_values_s > 0:
+            elem = sum(u.elem_bytes for u in us)
+            drop_values.append(sum(u.drop_values for u in us))
+        else:  # no dropout rate: dropout counts as elementwise passes, as the model does then
+            elem = sum(u.elem_bytes + u.drop_values * ELEM_PASSES * 4 / 2.0 for u in us)
+        rows.append([sum(u.gemm_flops for u in us), sum(u.spmm_ew for u in us), elem, 2.0 * len(us)])
         ys.append(t)
         names.append(f"{model} n={n} deg={deg} F={F} d={d}")
     X = np.asarray(rows)
     y = np.asarray(ys)
-    kernels = X[:, 0] / gemm_flops_s
+    # the GEMMs at the measured GEMM rate and the dropouts at the measured dropout rate
+    drops = np.asarray(drop_values) / dropout_values_s if dropout_values_s > 0 else 0.0
+    kernels = X[:, 0] / gemm_flops_s + drops
     rest = np.maximum(y - kernels, 0.0)
     coef, _ = nnls(X[:, 1:] / y[:, None], rest / y)  # relative residuals
     modelled = kernels + X[:, 1:] @ coef
@@ -625,7 +655,8 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
           + ("" if args.no_p2p else ", Gloo point-to-point and collectives") + " with 1 thread per process", file=sys.stderr)
     m = measure(quick=args.quick, p2p=not args.no_p2p)
     print(f"{PROG}: fitting elementwise rate and per-pass overhead to real units", file=sys.stderr)
-    mu = measure_units(m["gemm_flops_s"], m["spmm_edge_width_s"], quick=args.quick)
+    drop_s = measure_dropout(quick=args.quick)
+    mu = measure_units(m["gemm_flops_s"], m["spmm_edge_width_s"], quick=args.quick, dropout_values_s=drop_s)
     print(f"{PROG}: the pipeline's history path; {cores} and {2 * cores} processes sharing the cores", file=sys.stderr)
     mc = measure_chunk_path(quick=args.quick)
     mk = measure_contention(cores, quick=args.quick)
@@ -643,7 +674,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         devices_per_node=64, mem_bytes=total / cores, base_mem_bytes=base_mem,
         cores_per_host=float(cores), gather_bytes_s=mc["gather_bytes_s"], chunk_overhead_s=mc["chunk_overhead_s"],
         coll_overhead_s=mcoll.get("coll_overhead_s", 0.0), oversub_wait_s=mcoll.get("oversub_wait_s", 0.0),
-        shared_slowdown=mk["shared_slowdown"], oversub_slowdown=mk["oversub_slowdown"],
+        shared_slowdown=mk["shared_slowdown"], oversub_slowdown=mk["oversub_slowdown"], dropout_values_s=drop_s,
         description=f"this machine: {cores} cores shared by every rank (1 thread each), Gloo over loopback",
         source=f"gnnpipe-plan calibrate{' --quick' if args.quick else ''}, {datetime.date.today().isoformat()}",
     )
@@ -655,8 +686,9 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         f"SpMM kernel (not used by the model, see the fit below): torch.sparse.mm, random CSR, 10,000 rows, degree 40, "
         f"edge*width/s by width: {spmm}.",
         f"Copy bandwidth (not used by the model): tensor copy, read + write bytes / s = {m['mem_bytes_s'] / 1e9:.2f} GB/s.",
+        f"Hashed dropout, forward + backward, [20000 x 128]: {drop_s / 1e6:.0f} M values/s.",
         "spmm_edge_width_s, mem_bytes_s and unit_overhead_s: fitted (NNLS, relative errors) to real gnnpipe units, "
-        "4-layer models on random graphs (cli.plan.UNIT_FIT_CASES), after the GEMM time at the rate above; "
+        "4-layer models on random graphs (cli.plan.UNIT_FIT_CASES), after the GEMM and dropout time at the rates above; "
         "thread CPU time, fastest of the repeats:",
         *[f"  {name}: measured {t * 1e3:.1f} ms, modelled {f * 1e3:.1f} ms" for name, t, f in mu["fit"]],
         f"History path (write, gather, cat, scatter-add): {mc['chunk_overhead_s'] * 1e6:.0f} us + bytes / "
