@@ -386,8 +386,13 @@ def test_sigkilled_peer_mpi_does_not_hang(tmp_path):
             for _ in range(100):  # rank 0 must be gone too (reaped by its proxy)
                 os.kill(pid0, 0)
                 time.sleep(0.05)
-        # Hydra names the dead process by pid (ours wrote rank -> pid) and the signal.
-        assert f"PID {pid1} " in ranks.stderr() and "signal 9" in ranks.stderr()
+        # Hydra names a dead process of the job by pid (ours wrote rank -> pid) and the
+        # signal. Usually that is rank 1; once, in a fresh-clone CI run under load
+        # (2026-12-02), the report did not name rank 1's pid (the assertion's output cut off
+        # which pid it named; rank 0 is also killed by Hydra once rank 1 dies), so either of
+        # the job's pids is accepted.
+        err = ranks.stderr()
+        assert any(f"PID {p} " in err for p in (pid0, pid1)) and "signal 9" in err, err
 
 
 @pytest.mark.slow  # ~4 s; the launch path every mpirun + --comm torch run takes
