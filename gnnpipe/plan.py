@@ -592,12 +592,18 @@ def _unit_time(u: UnitWork, prof: HardwareProfile, frac: float, passes: int, gem
             + _elem_time(u, prof, frac, frac) + passes * prof.unit_overhead_s)
 
 
+def dropout_elem_bytes(values: float, bytes_per_value: int = 4) -> float:
+    """Hashed dropout over ``values`` values counted as elementwise passes (what a profile
+    without ``dropout_values_s`` assumes)."""
+    return values * ELEM_PASSES * bytes_per_value / 2.0
+
+
 def dropout_time(values: float, prof: HardwareProfile, bytes_per_value: int = 4) -> float:
     """Seconds of hashed dropout (forward + backward) over ``values`` values: the profile's
     measured ``dropout_values_s``, or, when it has none, elementwise passes at ``mem_bytes_s``."""
     if prof.dropout_values_s > 0:
         return values / prof.dropout_values_s
-    return values * ELEM_PASSES * bytes_per_value / 2.0 / prof.mem_bytes_s
+    return dropout_elem_bytes(values, bytes_per_value) / prof.mem_bytes_s
 
 
 def _elem_time(u: UnitWork, prof: HardwareProfile, frac_rows: float, frac_src: float) -> float:

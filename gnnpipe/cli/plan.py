@@ -380,7 +380,7 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
 
     from gnnpipe.models import ModelConfig, RunCtx, build_model
     from gnnpipe.models.block import Block
-    from gnnpipe.plan import ELEM_PASSES, GraphStats, ModelSpec, unit_works
+    from gnnpipe.plan import GraphStats, ModelSpec, dropout_elem_bytes, unit_works
 
     torch.set_num_threads(1)
     reps = 2 if quick else 4
@@ -406,7 +406,7 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
             elem = sum(u.elem_bytes for u in us)
             drop_values.append(sum(u.drop_values for u in us))
         else:  # no dropout rate: dropout counts as elementwise passes, as the model does then
-            elem = sum(u.elem_bytes + u.drop_values * ELEM_PASSES * 4 / 2.0 for u in us)
+            elem = sum(u.elem_bytes + dropout_elem_bytes(u.drop_values) for u in us)
         rows.append([sum(u.gemm_flops for u in us), sum(u.spmm_ew for u in us), elem, 2.0 * len(us)])
         ys.append(t)
         names.append(f"{model} n={n} deg={deg} F={F} d={d}")

@@ -532,7 +532,7 @@ class PipelineStage:
                 grad = sink.grad if sink.grad is not None else torch.zeros(ch.nbr_ids.numel(), gacc.shape[1])
                 self.way.return_grads(gacc, grad, k)
             elif sink.grad is not None:
-                _acc_rows(gacc, ch.nbr_ids - self.row0 if self.row0 else ch.nbr_ids, sink.grad)
+                _acc_rows(gacc, ch.nbr_ids, sink.grad)  # one way: buffer row = node id (row0 is 0)
         grad_in = None
         if st.h_in is not None:
             grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape)
