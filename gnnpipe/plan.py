@@ -9,7 +9,7 @@ profile; nothing here communicates or reads the clock. The pieces:
   (:func:`graph_stats_from_graph`) or estimated from a synthetic graph of the same shape
   (:func:`estimate_part_info`).
 * :class:`ModelSpec` — model, layers L, hidden d, heads, bytes per value.
-* :class:`Topology` — mode, ways D, stages S, chunks C (world = D·S).
+* :class:`gnnpipe.dims.ParallelDims` — mode, ways D, stages S, chunks C (world = D·S).
 * :class:`HardwareProfile` — throughputs, links, memory; TOML files in
   ``gnnpipe/profiles`` (:func:`load_profile`).
 * :func:`predict` → :class:`Prediction`; :func:`rank_configs` ranks every feasible
@@ -103,12 +103,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gnnpipe import GnnpipeError
+from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
+from gnnpipe.dims import ParallelDims
 from gnnpipe.partition import volume
 from gnnpipe.partition.layers import assign_layers, layer_costs
 
 log = logging.getLogger(__name__)
 
-MODES = ("graph", "pipeline", "hybrid")
 #: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
 CHUNK_FACTORS = (1, 2, 4, 8)
 #: Element passes (reads + writes, forward + backward) of the elementwise work per unit
@@ -223,8 +224,8 @@ class ModelSpec:
     history_bytes: int = 4
 
     def __post_init__(self) -> None:
-        if self.model.lower() not in volume.MODELS:
-            raise GnnpipeError(f"model: expected one of {', '.join(volume.MODELS)}, got {self.model!r}")
+        if self.model.lower() not in MODELS:
+            raise GnnpipeError(f"model: expected one of {', '.join(MODELS)}, got {self.model!r}")
         object.__setattr__(self, "model", self.model.lower())
         for k in ("layers", "hidden", "heads", "bytes_per_value"):
             if getattr(self, k) < 1:
@@ -238,50 +239,6 @@ class ModelSpec:
     def h0(self) -> bool:
         """GCNII forwards its initial residual beside the activations."""
         return self.model == "gcnii"
-
-
-@dataclass(frozen=True)
-class Topology:
-    """How the world's ranks are used.
-
-    Args:
-        mode: graph, pipeline or hybrid.
-        ways: D (graph mode: the number of parts P).
-        stages: S (graph mode: 1).
-        chunks: C per way (graph mode: 1).
-    """
-
-    mode: str
-    ways: int = 1
-    stages: int = 1
-    chunks: int = 1
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise GnnpipeError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
-        for k in ("ways", "stages", "chunks"):
-            if getattr(self, k) < 1:
-                raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
-        if self.mode == "graph" and (self.stages != 1 or self.chunks != 1):
-            raise GnnpipeError(f"graph mode: stages and chunks must be 1, got stages={self.stages} chunks={self.chunks}")
-        if self.mode == "pipeline" and self.ways != 1:
-            raise GnnpipeError(f"pipeline mode: ways must be 1, got {self.ways} (use hybrid)")
-        if self.mode == "hybrid" and (self.ways < 2 or self.stages < 2):
-            raise GnnpipeError(
-                f"hybrid mode needs ways >= 2 and stages >= 2, got ways={self.ways} stages={self.stages} "
-                f"(world {self.world} = {self.ways} x {self.stages}); use graph or pipeline mode"
-            )
-
-    @property
-    def world(self) -> int:
-        return self.ways * self.stages
-
-    def label(self) -> str:
-        if self.mode == "graph":
-            return f"graph P={self.ways}"
-        if self.mode == "pipeline":
-            return f"pipeline S={self.stages} C={self.chunks}"
-        return f"hybrid D={self.ways} S={self.stages} C={self.chunks}"
 
 
 PROFILE_FIELDS = {
@@ -526,7 +483,7 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
         return float(N * width_in) if dropped else 0.0
 
     out: list[UnitWork] = []
-    if m in volume.FEATURE_FIRST_MODELS:
+    if m in FEATURE_FIRST_MODELS:
         for i in range(L):
             fin = F if i == 0 else d
             fout = K if i == L - 1 else d
@@ -578,7 +535,7 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
 
 def num_units(spec: ModelSpec) -> int:
     """Units an executor can place on stages: L, or L + 2 with input/output linears."""
-    return spec.layers + (0 if spec.model in volume.FEATURE_FIRST_MODELS else 2)
+    return spec.layers + (0 if spec.model in FEATURE_FIRST_MODELS else 2)
 
 
 def param_count(stats: GraphStats, spec: ModelSpec) -> int:
@@ -647,7 +604,7 @@ class Prediction:
     """Predicted cost of one epoch of one configuration.
 
     Args:
-        topology: the :class:`Topology`.
+        topology: the :class:`ParallelDims`.
         bytes: bytes per epoch by category (``halo``, ``pipe``, ``allreduce``) and ``total``;
             ``halo``/``pipe`` are exactly :mod:`gnnpipe.partition.volume`'s.
         compute_s: compute of the busiest rank.
@@ -663,7 +620,7 @@ class Prediction:
         notes: caveats (estimated Σ M_p, unimplemented hybrid ...).
     """
 
-    topology: Topology
+    topology: ParallelDims
     bytes: dict
     compute_s: float
     comm_s: float
@@ -859,7 +816,7 @@ def _opt_time(prof: HardwareProfile, params: int) -> float:
     return 8.0 * 4.0 * params / prof.mem_bytes_s
 
 
-def predict(stats: GraphStats, spec: ModelSpec, topo: Topology, profile: HardwareProfile) -> Prediction:
+def predict(stats: GraphStats, spec: ModelSpec, topo: ParallelDims, profile: HardwareProfile) -> Prediction:
     """Predict one epoch of training ``spec`` on ``stats`` with ``topo`` on ``profile``.
 
     Args:
@@ -888,7 +845,7 @@ def predict(stats: GraphStats, spec: ModelSpec, topo: Topology, profile: Hardwar
     return _predict_pipeline(stats, spec, topo, profile, units)
 
 
-def _notes(stats: GraphStats, topo: Topology) -> list[str]:
+def _notes(stats: GraphStats, topo: ParallelDims) -> list[str]:
     notes = []
     if topo.ways > 1:
         src = stats.part(topo.ways).source
@@ -989,7 +946,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     frac_edges = pi.max_edges / max(E, 1)
     blocks = stage_blocks(stats, spec, S)
     width = d * (2 if spec.h0 else 1)  # h0 travels beside the activations
-    n_x_first = 0 if spec.model in volume.FEATURE_FIRST_MODELS else 1  # unit 0 of gcn reads features
+    n_x_first = 0 if spec.model in FEATURE_FIRST_MODELS else 1  # unit 0 of gcn reads features
     stages: list[StageDetail] = []
     T, halo_T = [], []
     ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
@@ -1120,7 +1077,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
 
 # ----------------------------------------------------------------------------- planner
 def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
-                        chunk_factors: Sequence[int] = CHUNK_FACTORS) -> list[Topology]:
+                        chunk_factors: Sequence[int] = CHUNK_FACTORS) -> list[ParallelDims]:
     """Every feasible (mode, D, S, C) for ``world`` ranks.
 
     Graph: P = world. Pipeline: S = world, needs at least S units. Hybrid: D·S = world with
@@ -1130,14 +1087,14 @@ def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
     if world < 1:
         raise GnnpipeError(f"world: expected at least 1 rank, got {world}")
     n_units = num_units(spec)
-    out: list[Topology] = []
+    out: list[ParallelDims] = []
     if world <= num_nodes:
-        out.append(Topology("graph", ways=world))
+        out.append(ParallelDims("graph", ways=world))
 
     def chunked(mode: str, D: int, S: int) -> None:
         for c in sorted({f * S for f in chunk_factors}):
             if c * D <= num_nodes:
-                out.append(Topology(mode, ways=D, stages=S, chunks=c))
+                out.append(ParallelDims(mode, ways=D, stages=S, chunks=c))
 
     if world >= 2 and n_units >= world:
         chunked("pipeline", 1, world)
@@ -1207,7 +1164,7 @@ def chunk_facts(graph, parts: int, chunks: int, seed: int = 0, method: str = "me
     and seed): the hybrid's per-chunk halo and the rows a stage gathers from history."""
     from gnnpipe.partition.plan import build_plan
 
-    return chunk_facts_of_plan(graph, build_plan(graph, parts, chunks, method=method, seed=seed, stats=False))
+    return chunk_facts_of_plan(graph, build_plan(graph, parts, chunks, method=method, seed=seed))
 
 
 def chunk_facts_of_plan(graph, plan) -> tuple[int, int]:
@@ -1244,7 +1201,7 @@ def part_info_from_plan(graph, parts: int, seed: int = 0, method: str = "metis",
     cn = {c: v[1] for c, v in cf.items()}
     if parts == 1:
         return PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, "whole graph", ch, cn)
-    plan = build_plan(graph, parts, 1, method=method, seed=seed, stats=False)
+    plan = build_plan(graph, parts, 1, method=method, seed=seed)
     _, halo = group_cut_and_halo(graph, plan, "part")
     deg = np.diff(np.asarray(graph.indptr))
     edges = np.bincount(plan.part, weights=deg, minlength=parts)
@@ -1266,7 +1223,7 @@ def graph_stats_from_graph(graph, parts: Sequence[int] = (), seed: int = 0,
     return stats.with_parts([part_info_from_plan(graph, p, seed, chunks=chunks.get(p, ())) for p in want])
 
 
-def chunk_counts(topologies: Sequence[Topology]) -> dict[int, list[int]]:
+def chunk_counts(topologies: Sequence[ParallelDims]) -> dict[int, list[int]]:
     """``{ways: [chunks, ...]}`` of the pipeline and hybrid topologies (for
     :func:`graph_stats_from_graph`'s ``chunks``)."""
     out: dict[int, set[int]] = {}

@@ -39,6 +39,10 @@ import torch
 
 from gnnpipe import GnnpipeError
 from gnnpipe.config import TrainConfig, parse_config
+from gnnpipe.dims import ParallelDims
+from gnnpipe.models import ModelConfig
+from gnnpipe.parallel import build
+from gnnpipe.parallel.executor import Executor, StaleOptions
 
 log = logging.getLogger("gnnpipe.train")
 
@@ -59,50 +63,40 @@ class NonFiniteLossError(GnnpipeError):
 
 
 class _FiniteWatch:
-    """Remembers whether this rank's pipeline stage produced a non-finite output this epoch.
+    """Remembers whether this rank produced a non-finite training output this epoch.
 
-    The last stage computes the loss, so a NaN born on stage 0 only shows there. Checking
-    each chunk's output (one pass over [n_k, d], small beside the aggregation) lets the
-    error name the stage where it first appeared. Graph-parallel executors need no watch:
-    every rank computes its own part of the loss.
+    Installed as the executor's output hook. On a pipeline the last stage computes the
+    loss, so a NaN born on stage 0 only shows there; checking each chunk's output (one pass
+    over [n_k, d], small beside the aggregation) lets the error name the stage where it
+    first appeared. Graph-parallel ranks each compute their own part of the loss, so there
+    the local loss says the same.
     """
 
-    def __init__(self, ex) -> None:
+    def __init__(self) -> None:
         self.bad = False
-        self.ex = ex
-        self.stage = getattr(ex, "stage", None)
-        if self.stage is None or not hasattr(self.stage, "forward_chunk"):
-            self.stage = None
-            return
-        inner = self.stage.forward_chunk
 
-        def forward_chunk(k, h_in, carry_in, training=True):
-            out, carry = inner(k, h_in, carry_in, training)
-            if training and not self.bad and not bool(torch.isfinite(out.detach()).all()):
-                self.bad = True
-            return out, carry
-
-        # An instance attribute shadows the method for this stage object only.
-        self.stage.forward_chunk = forward_chunk
+    def __call__(self, out: torch.Tensor) -> None:
+        if not self.bad and not bool(torch.isfinite(out).all()):
+            self.bad = True
 
     def reset(self) -> None:
         self.bad = False
 
 
-def _nonfinite_message(cfg: TrainConfig, comm, watch: _FiniteWatch, res, loss: float,
+def _nonfinite_message(cfg: TrainConfig, comm, dims: ParallelDims, watch: _FiniteWatch, res, loss: float,
                        epoch: int, out: Path | None) -> str:
     """Where the non-finite loss came from (collective: every rank calls it)."""
     world = comm.world_size
-    mine = watch.bad if watch.stage is not None else not np.isfinite(res.loss)
+    mine = watch.bad if dims.pipelined else not np.isfinite(res.loss)
     flags = torch.zeros(world, dtype=torch.float64)
     flags[comm.rank] = 1.0 if mine else 0.0
     if world > 1:
         comm.all_reduce(flags, op="sum", category="control")
     hit = [k for k in range(world) if flags[k] > 0]
-    if watch.stage is not None:
-        S = int(getattr(watch.ex, "S", world))  # stages per way; rank = way * S + stage
+    if dims.pipelined:
+        S = dims.stages
         if hit:
-            way, stage = min((divmod(k, S) for k in hit), key=lambda ws: (ws[1], ws[0]))
+            way, stage = min((dims.coords(k) for k in hit), key=lambda ws: (ws[1], ws[0]))
             where = f"first non-finite output on stage {stage} of {S}"
             if stage == S - 1:
                 where += " (last)"
@@ -217,10 +211,11 @@ def _load_graph(cfg: TrainConfig):
     return Graph.load(resolve_dataset(cfg.dataset, cfg.root), mmap=True)
 
 
-def plan_for(cfg: TrainConfig, graph, parts: int, chunks: int):
-    """Load ``cfg.plan`` (checked against the dataset) or partition in memory."""
+def plan_for(cfg: TrainConfig, graph, dims: ParallelDims):
+    """Load ``cfg.plan`` (checked against the dataset and the layout) or partition in memory."""
     from gnnpipe.partition import PartitionPlan, build_plan, check_plan_matches
 
+    parts, chunks = dims.parts, dims.plan_chunks
     if cfg.plan:
         plan = PartitionPlan.load(cfg.plan)
         check_plan_matches(plan, graph)
@@ -259,38 +254,28 @@ class _Reducer:
         return s.tolist(), m.tolist()
 
 
-def build_executor(cfg: TrainConfig, comm, graph):
-    """The executor for ``cfg.mode`` on this rank, with its model and optimizer."""
-    from gnnpipe.models import ModelConfig, build_model
-
-    mcfg = ModelConfig(
+def model_config(cfg: TrainConfig, graph) -> ModelConfig:
+    """The model a config trains on ``graph`` (input and output widths from the data)."""
+    return ModelConfig(
         model=cfg.model, in_dim=graph.num_features, num_classes=graph.num_classes,
         layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, dropout=cfg.dropout,
         alpha=cfg.alpha, lam=cfg.lam, backend=cfg.backend, multilabel=graph.multilabel,
     )
-    world = comm.world_size
-    num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
-    if cfg.mode == "graph":
-        from gnnpipe.parallel.graph_parallel import GraphParallelExecutor, gather_feature_rows
-        from gnnpipe.partition import load_local_part
 
-        parts = cfg.parts or world
-        if parts != world:
-            raise GnnpipeError(f"--mode graph needs one rank per part: world size is {world}, parts is {parts}")
-        plan = plan_for(cfg, graph, parts, 0)
-        local = load_local_part(graph, plan, comm.rank)
-        halo_rows = plan.perm[np.asarray(local.halo.recv_ids, dtype=np.int64)]
-        halo_x = gather_feature_rows(graph.features, halo_rows)
-        model = build_model(mcfg, seed=cfg.seed)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        ex = GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=cfg.seed,
-                                   multilabel=graph.multilabel, device=cfg.device)
-        return ex, plan
-    if cfg.mode in ("pipeline", "hybrid"):
-        from gnnpipe.parallel.pipeline import build_pipeline_executor
 
-        return build_pipeline_executor(cfg, comm, graph, mcfg, num_train)
-    raise GnnpipeError(f"unknown mode {cfg.mode!r}")
+def build_executor(cfg: TrainConfig, comm, graph) -> tuple[Executor, object]:
+    """This rank's executor for ``cfg`` and the partition plan it runs: the layout is
+    resolved once, checked against the model, then the plan is loaded or made."""
+    dims = ParallelDims.from_config(cfg, comm.world_size)
+    mcfg = model_config(cfg, graph)
+    build.check_layout(dims, mcfg)
+    plan = plan_for(cfg, graph, dims)
+    opts = StaleOptions.resolve(cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix,
+                                snapshot_period=cfg.snapshot_period)
+    ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
+                              optimizer=build.adam(cfg.lr, cfg.weight_decay),
+                              history_dtype=cfg.history_dtype, device=cfg.device)
+    return ex, plan
 
 
 def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool = False) -> dict:
@@ -326,8 +311,7 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
     try:
         graph = load_graph_for(cfg)
         ex, plan = build_executor(cfg, comm, graph)
-        identity = ckpt.run_identity(cfg, comm.world_size, graph.content_hash,
-                                     getattr(plan, "params", None))
+        identity = ckpt.run_identity(cfg, ex.dims, graph.content_hash, getattr(plan, "params", None))
         if cfg.resume:
             where = ckpt.find_checkpoint(cfg.resume)
             commit, payload = ckpt.load_checkpoint(where, comm.rank, identity)
@@ -350,7 +334,9 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
         start = int(payload["epoch"]) + 1
         if rank0:
             log.info("resumed from %s: continuing at epoch %d of %d", where, start, cfg.epochs)
-    watch = _FiniteWatch(ex)
+    watch = _FiniteWatch()
+    if ex.dims.pipelined:
+        ex.output_hook = watch
     mfile = None
     if out is not None and rank0:
         out.mkdir(parents=True, exist_ok=True)
@@ -393,15 +379,14 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
             accs = ex.evaluate(epoch) if evaluated else None
             after = comm.stats.snapshot() if hasattr(comm, "stats") else {}
             sent = _bytes_delta(before, after)
-            bubble = float(getattr(res, "bubble_s", 0.0))
             sums, maxes = reduce(
                 [res.loss, res.train_correct, res.train_total] + [sent.get(c, 0) for c in CATEGORIES],
-                [wall, res.compute_s, res.comm_s, bubble, peak_rss_mb()],
+                [wall, res.compute_s, res.comm_s, res.bubble_s, peak_rss_mb()],
             )
             loss = sums[0]
             if not np.isfinite(loss):
                 # Every rank sees the same reduced loss, so every rank takes this branch.
-                raise NonFiniteLossError(_nonfinite_message(cfg, comm, watch, res, loss, epoch, out))
+                raise NonFiniteLossError(_nonfinite_message(cfg, comm, ex.dims, watch, res, loss, epoch, out))
             rec = {
                 "epoch": epoch,
                 "loss": loss,

@@ -25,7 +25,7 @@ from rankfns import _cfg, _unit_grads  # noqa: E402
 
 from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe.models import build_model  # noqa: E402
-from gnnpipe.parallel.pipeline import StaleOptions  # noqa: E402
+from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
 from gnnpipe.parallel.reference import StaleReference  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.partition.volume import pipeline_bytes  # noqa: E402

@@ -26,7 +26,8 @@ from gnnpipe.comm import SingleProcessCommunicator  # noqa: E402
 from gnnpipe.data import synthetic  # noqa: E402
 from gnnpipe.models import ModelConfig, build_model  # noqa: E402
 from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
-from gnnpipe.parallel.pipeline import PipelineStage, StaleOptions  # noqa: E402
+from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
+from gnnpipe.parallel.pipeline import PipelineStage  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.train import build_executor, load_graph_for  # noqa: E402
@@ -36,7 +37,7 @@ ENV = {"PYTHONPATH": str(TESTS)}
 
 def _middle_stage(snapshot_period: int, hist_dtype=torch.float32):
     g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
-    plan = build_plan(g, parts=1, chunks=4, method="random", seed=0, stats=False)
+    plan = build_plan(g, parts=1, chunks=4, method="random", seed=0)
     rg = relabel_graph(g, plan)
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=4, hidden=16), seed=0)
     chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, rg.degrees().astype(np.float32), orig=plan.perm)
@@ -149,7 +150,7 @@ def test_hybrid_way_history_rows_are_its_part():
     from gnnpipe.parallel.pipeline import build_way_link
 
     g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
-    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0, stats=False)
+    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0)
     rg = relabel_graph(g, plan)
     chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, orig=plan.perm, only=range(3, 6))
     link = build_way_link(None, plan, chunks_all, 1, 3, exact=False)
@@ -225,7 +226,7 @@ def test_first_stage_features_one_way_and_hybrid():
     for k in range(4):
         assert torch.equal(ex.stage.x_src_rows(k), feats[ex.stage.chunks[k].src_ids()])
 
-    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0, stats=False)
+    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0)
     rg = relabel_graph(g, plan)
     feats = torch.from_numpy(np.asarray(rg.features))
     chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, orig=plan.perm, only=range(3, 6))[3:]

@@ -14,11 +14,11 @@ import pytest
 
 from gnnpipe import GnnpipeError
 from gnnpipe.partition import volume
+from gnnpipe.dims import ParallelDims
 from gnnpipe.plan import (
     GraphStats,
     ModelSpec,
     PartInfo,
-    Topology,
     estimate_part_info,
     feasible_topologies,
     graph_stats_from_graph,
@@ -59,13 +59,13 @@ def squirrel(raw_datasets):
 def test_bytes_are_volume_formulas(model, a5000):
     st = _stats()
     spec = ModelSpec(model, 8, 64, heads=4 if model == "gat" else 1)
-    g = predict(st, spec, Topology("graph", 8), a5000)
+    g = predict(st, spec, ParallelDims("graph", 8), a5000)
     assert g.bytes["halo"] == volume.graph_parallel_bytes(st.part(8).sum_m, 128, 8, 64, 4, model, "ours")
     assert g.bytes["pipe"] == 0
-    p = predict(st, spec, Topology("pipeline", 1, 8, 16), a5000)
+    p = predict(st, spec, ParallelDims("pipeline", 1, 8, 16), a5000)
     assert p.bytes["pipe"] == volume.pipeline_bytes(20000, 64, 8, 4, h0=model == "gcnii")
     assert p.bytes["halo"] == 0 and p.bytes["allreduce"] == 0
-    h = predict(st, spec, Topology("hybrid", 2, 4, 8), a5000)
+    h = predict(st, spec, ParallelDims("hybrid", 2, 4, 8), a5000)
     assert h.bytes["pipe"] + h.bytes["halo"] == volume.hybrid_bytes(
         20000, st.part(2).sum_m, 128, 8, 64, 4, 2, 4, model, h0=model == "gcnii")
     # The all-reduce: every rank of the group contributes its parameter bytes once.
@@ -88,13 +88,14 @@ def test_param_count_matches_built_model(model):
 def test_real_plan_bytes_equal_plan_stats(squirrel, a5000):
     # Σ M_p from the real METIS plan: the predicted halo bytes are the plan's stats.json
     # volume (and so what the graph-parallel executor's counters measure).
-    from gnnpipe.partition import build_plan
+    from gnnpipe.partition import build_plan, plan_stats
 
     st = graph_stats_from_graph(squirrel, [4])
-    plan = build_plan(squirrel, 4, 1, model_shape={"layers": 16, "hidden": 64, "model": "gcn"})
-    pred = predict(st, ModelSpec("gcn", 16, 64), Topology("graph", 4), a5000)
-    assert st.part(4).sum_m == plan.stats["parts"]["halo_sum"]
-    assert pred.bytes["halo"] == plan.stats["volume"]["graph_parallel_ours"]
+    plan = build_plan(squirrel, 4, 1)
+    stats = plan_stats(squirrel, plan, {"layers": 16, "hidden": 64, "model": "gcn"})
+    pred = predict(st, ModelSpec("gcn", 16, 64), ParallelDims("graph", 4), a5000)
+    assert st.part(4).sum_m == stats["parts"]["halo_sum"]
+    assert pred.bytes["halo"] == stats["volume"]["graph_parallel_ours"]
 
 
 # ------------------------------------------------------------------ feasibility
@@ -118,11 +119,11 @@ def test_feasible_topologies_rules():
 
 def test_infeasible_topologies_raise(a5000):
     with pytest.raises(GnnpipeError, match="ways >= 2 and stages >= 2"):
-        Topology("hybrid", 1, 8, 8)
+        ParallelDims("hybrid", 1, 8, 8)
     with pytest.raises(GnnpipeError, match="fewer than 8 stages"):
-        predict(_stats(), ModelSpec("gcn", 4, 64), Topology("pipeline", 1, 8, 8), a5000)
+        predict(_stats(), ModelSpec("gcn", 4, 64), ParallelDims("pipeline", 1, 8, 8), a5000)
     with pytest.raises(GnnpipeError, match="no partition facts for 16 parts"):
-        predict(_stats(), ModelSpec("gcn", 4, 64), Topology("graph", 16), a5000)
+        predict(_stats(), ModelSpec("gcn", 4, 64), ParallelDims("graph", 16), a5000)
 
 
 # ------------------------------------------------------------------ memory
@@ -148,8 +149,8 @@ def test_memory_rejection(a5000):
 
 def test_memory_grows_with_graph(a5000):
     spec = ModelSpec("gcnii", 16, 64)
-    small = predict(_stats(N=10000, E=100000), spec, Topology("pipeline", 1, 4, 16), a5000)
-    big = predict(_stats(N=100000, E=1000000), spec, Topology("pipeline", 1, 4, 16), a5000)
+    small = predict(_stats(N=10000, E=100000), spec, ParallelDims("pipeline", 1, 4, 16), a5000)
+    big = predict(_stats(N=100000, E=1000000), spec, ParallelDims("pipeline", 1, 4, 16), a5000)
     assert big.peak_mem_bytes > 5 * (small.peak_mem_bytes - a5000.base_mem_bytes)
 
 
@@ -159,8 +160,8 @@ def test_more_layers_graph_volume_grows_pipeline_does_not(a5000):
     prev_g = prev_p = None
     for L in (8, 16, 32, 64):
         spec = ModelSpec("gcnii", L, 64)
-        g = predict(st, spec, Topology("graph", 8), a5000).bytes["halo"]
-        p = predict(st, spec, Topology("pipeline", 1, 8, 32), a5000).bytes["pipe"]
+        g = predict(st, spec, ParallelDims("graph", 8), a5000).bytes["halo"]
+        p = predict(st, spec, ParallelDims("pipeline", 1, 8, 32), a5000).bytes["pipe"]
         if prev_g is not None:
             assert g > prev_g
             assert p == prev_p
@@ -174,7 +175,7 @@ def test_bubble_is_analytic_for_equal_stages(S, C, a5000):
     free = replace(a5000, intra_bw_bytes_s=1e30, inter_bw_bytes_s=1e30, intra_latency_s=0.0,
                    inter_latency_s=0.0, unit_overhead_s=0.0)
     st = GraphStats(10000, 200000, 64, 64, name="equal")
-    p = predict(st, ModelSpec("gcn", 4 * S, 64), Topology("pipeline", 1, S, C), free)
+    p = predict(st, ModelSpec("gcn", 4 * S, 64), ParallelDims("pipeline", 1, S, C), free)
     assert p.comm_s == pytest.approx(0.0, abs=1e-12)
     # GPipe with one flush: epoch = Σ_s T_s/C + (C−1)·T_max/C, so the bubble beyond the
     # busiest stage is (Σ_s T_s − T_max)/C exactly ...
@@ -208,8 +209,8 @@ def test_estimate_sum_m_close_to_real(squirrel):
 
 # ------------------------------------------------------------------ the paper's direction
 def _g_over_p(stats, spec, prof):
-    g = predict(stats, spec, Topology("graph", 8), prof)
-    p = predict(stats, spec, Topology("pipeline", 1, 8, 32), prof)
+    g = predict(stats, spec, ParallelDims("graph", 8), prof)
+    p = predict(stats, spec, ParallelDims("pipeline", 1, 8, 32), prof)
     return g.epoch_s / p.epoch_s
 
 
@@ -242,7 +243,7 @@ def test_paper_direction_reddit_shaped(a5000):
     st = GraphStats(232965, 114615892, 602, 41, name="reddit")
     st = st.with_parts(estimate_part_info(st.num_nodes, st.num_edges, [8], sample_nodes=5000, chunks={1: [32]}))
     assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000) > 1.5
-    p = predict(st, ModelSpec("gcn", 32, 100), Topology("pipeline", 1, 8, 32), a5000)
+    p = predict(st, ModelSpec("gcn", 32, 100), ParallelDims("pipeline", 1, 8, 32), a5000)
     assert p.bytes["pipe"] == 2 * 4 * 7 * 232965 * 100  # the paper's logged 1.215 GB
 
 

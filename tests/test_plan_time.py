@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from gnnpipe import GnnpipeError
-from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, Topology, load_profile, predict, profile_toml,
+from gnnpipe.dims import ParallelDims
+from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, load_profile, predict, profile_toml,
                           train_command, unit_works)
 
 CPU_FIELDS = dict(cores_per_host=2.0, devices_per_node=64, shared_slowdown=1.1, oversub_slowdown=1.2,
@@ -45,9 +46,9 @@ def test_slowdown_rules(cpu):
 def test_oversubscribed_graph_mode_pays_compute_share_and_waits(cpu):
     st, spec = _stats(), ModelSpec("gcnii", 8, 64)
     cpu = replace(cpu, oversub_wait_s=1e-3)  # below the compute between two collectives here
-    g4 = predict(st, spec, Topology("graph", 4), cpu)
-    no_wait = predict(st, spec, Topology("graph", 4), replace(cpu, oversub_wait_s=0.0))
-    one_core_each = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=4.0))
+    g4 = predict(st, spec, ParallelDims("graph", 4), cpu)
+    no_wait = predict(st, spec, ParallelDims("graph", 4), replace(cpu, oversub_wait_s=0.0))
+    one_core_each = predict(st, spec, ParallelDims("graph", 4), replace(cpu, cores_per_host=4.0))
     assert g4.compute_s == pytest.approx(one_core_each.compute_s * 1.1 * 1.2 * 2 / 1.1, rel=1e-9)
     # 8 exchanged layers both ways + the all-reduce: 17 blocking collectives, each waiting.
     assert g4.comm_s - no_wait.comm_s == pytest.approx(17 * 1e-3, rel=1e-9)
@@ -56,7 +57,7 @@ def test_oversubscribed_graph_mode_pays_compute_share_and_waits(cpu):
 
 def test_pipeline_counts_history_rows_and_per_chunk_costs(cpu):
     spec = ModelSpec("gcnii", 8, 64)
-    topo = Topology("pipeline", 1, 2, 8)
+    topo = ParallelDims("pipeline", 1, 2, 8)
     few = predict(_stats({8: 10000}), spec, topo, cpu)
     many = predict(_stats({8: 60000}), spec, topo, cpu)
     # More out-of-chunk neighbour rows: more gather/scatter bytes, on every aggregating unit.
@@ -73,7 +74,7 @@ def test_only_gat_pipeline_transforms_neighbour_rows(cpu):
     # gat transforms h_src (attention needs every source row's transform): its pipeline
     # GEMMs grow with the gathered rows. gcn's and sage's hidden layers aggregate first and
     # gcnii always does, so theirs stay on the chunk's own rows.
-    topo = Topology("pipeline", 1, 2, 8)
+    topo = ParallelDims("pipeline", 1, 2, 8)
     nogemm = replace(cpu, gemm_flops_s=1e30)
     for spec, grows in ((ModelSpec("gat", 8, 64), True), (ModelSpec("gcn", 8, 64), False),
                         (ModelSpec("sage", 8, 64), False), (ModelSpec("gcnii", 8, 64), False)):
@@ -84,11 +85,11 @@ def test_only_gat_pipeline_transforms_neighbour_rows(cpu):
 
 
 def test_missing_chunk_facts_are_estimated_with_a_note(cpu):
-    p = predict(_stats(), ModelSpec("gcnii", 8, 64), Topology("pipeline", 1, 2, 8), cpu)
+    p = predict(_stats(), ModelSpec("gcnii", 8, 64), ParallelDims("pipeline", 1, 2, 8), cpu)
     assert any("estimated" in n for n in p.notes)
-    h = predict(_stats(), ModelSpec("gcnii", 8, 64), Topology("hybrid", 2, 2, 8), cpu)
+    h = predict(_stats(), ModelSpec("gcnii", 8, 64), ParallelDims("hybrid", 2, 2, 8), cpu)
     assert any("per-chunk halo" in n for n in h.notes)
-    h2 = predict(_stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64), Topology("hybrid", 2, 2, 8), cpu)
+    h2 = predict(_stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64), ParallelDims("hybrid", 2, 2, 8), cpu)
     assert not any("per-chunk halo" in n for n in h2.notes)
     assert h2.bytes["halo"] == 2 * 4 * 64 * 8 * 9000
 
@@ -96,8 +97,8 @@ def test_missing_chunk_facts_are_estimated_with_a_note(cpu):
 def test_hybrid_pair_exchanges_do_not_wait(cpu):
     # 2 ways x 2 stages on 2 cores: each exchange is between 2 ranks, which fit the cores.
     st, spec = _stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64)
-    h = predict(st, spec, Topology("hybrid", 2, 2, 8), cpu)
-    h_nowait = predict(st, spec, Topology("hybrid", 2, 2, 8), replace(cpu, oversub_wait_s=0.0))
+    h = predict(st, spec, ParallelDims("hybrid", 2, 2, 8), cpu)
+    h_nowait = predict(st, spec, ParallelDims("hybrid", 2, 2, 8), replace(cpu, oversub_wait_s=0.0))
     assert h.epoch_s == pytest.approx(h_nowait.epoch_s, rel=1e-12)
 
 
@@ -143,7 +144,7 @@ def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
     st = GraphStats(20000, 200000, 2000, 8, name="wide").with_parts(
         [PartInfo(1, 0, 20000, 200000, 0, "whole graph", {}, {16: 60000}),
          PartInfo(4, 12000, 5000, 50000, 3000, "test")])
-    spec, topo = ModelSpec("gcn", 8, 64), Topology("pipeline", 1, 4, 16)  # F=2000: stage 0 is heavy
+    spec, topo = ModelSpec("gcn", 8, 64), ParallelDims("pipeline", 1, 4, 16)  # F=2000: stage 0 is heavy
     flat = dict(shared_slowdown=1.0, oversub_slowdown=1.0)
     alone = predict(st, spec, topo, replace(cpu, cores_per_host=4.0, **flat))  # one core per stage
     shared = predict(st, spec, topo, replace(cpu, cores_per_host=2.0, **flat))
@@ -153,8 +154,8 @@ def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
     assert max(x.compute_s for x in shared.per_stage) == pytest.approx(want, rel=1e-9)
     assert want < 2.0 * max(raw)  # better than the fair share r/c applied to the busiest stage
     # Equal demand everywhere (graph mode) keeps the fair share.
-    g_alone = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=4.0, **flat))
-    g_shared = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=2.0, **flat))
+    g_alone = predict(st, spec, ParallelDims("graph", 4), replace(cpu, cores_per_host=4.0, **flat))
+    g_shared = predict(st, spec, ParallelDims("graph", 4), replace(cpu, cores_per_host=2.0, **flat))
     assert g_shared.compute_s == pytest.approx(2.0 * g_alone.compute_s, rel=1e-9)
 
 
@@ -177,7 +178,7 @@ def test_history_terms_follow_the_executor(cpu):
     # dtype; bfloat16 halves them and the stale hybrid's halo bytes, not the pipe's.
     st = _stats({8: 30000}, chunk_halo={8: 9000})
     f32, b16 = ModelSpec("gcn", 8, 64), ModelSpec("gcn", 8, 64, history_bytes=2)
-    pipe = Topology("pipeline", 1, 2, 8)
+    pipe = ParallelDims("pipeline", 1, 2, 8)
     units = unit_works(st, f32)
     for x in predict(st, f32, pipe, cpu).per_stage:
         a, b = x.units
@@ -187,7 +188,7 @@ def test_history_terms_follow_the_executor(cpu):
     for x32, x16 in zip(p32.per_stage, p16.per_stage):
         assert x16.mem["history"] == pytest.approx(x32.mem["history"] / 2)
     assert p16.bytes == p32.bytes
-    hyb = Topology("hybrid", 2, 2, 8)
+    hyb = ParallelDims("hybrid", 2, 2, 8)
     h32, h16 = predict(st, f32, hyb, cpu), predict(st, b16, hyb, cpu)
     way_rows = st.part(2).max_nodes  # a way's buffers hold its own part's rows only
     x = h32.per_stage[1]
@@ -204,7 +205,7 @@ def test_input_dropout_runs_over_neighbour_rows(cpu):
     # Every aggregating unit drops out its whole h_src (own + neighbour rows) before it
     # aggregates: that elementwise work grows with the chunks' neighbour rows (and with the
     # halo in graph mode); a row-wise unit's does not.
-    topo = Topology("pipeline", 1, 2, 8)
+    topo = ParallelDims("pipeline", 1, 2, 8)
     noelem = replace(cpu, mem_bytes_s=1e30)
     spec = ModelSpec("gcnii", 8, 64)
 

@@ -50,11 +50,11 @@ DEPTHS = (8, 16, 32, 64, 128)
 
 def topologies(world: int = 4):
     """The three modes at ``world`` ranks: G world, P world (C = 4·S), H 2×(world/2) (C = 4·S)."""
-    from gnnpipe.plan import Topology
+    from gnnpipe.dims import ParallelDims
 
-    ts = [Topology("graph", ways=world), Topology("pipeline", stages=world, chunks=4 * world)]
+    ts = [ParallelDims("graph", ways=world), ParallelDims("pipeline", stages=world, chunks=4 * world)]
     if world >= 4 and world % 2 == 0:
-        ts.append(Topology("hybrid", ways=2, stages=world // 2, chunks=4 * (world // 2)))
+        ts.append(ParallelDims("hybrid", ways=2, stages=world // 2, chunks=4 * (world // 2)))
     return ts
 
 
@@ -115,10 +115,10 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                         jobs.append(C.Job(jname, argv, t.world))
             # The paper's setting: 8 ranks, 32 layers, the paper's d; bytes are exact formulas.
             ps = ModelSpec(model, 32, paper_d)
-            from gnnpipe.plan import Topology
+            from gnnpipe.dims import ParallelDims
 
-            g8 = predict(stats, ps, Topology("graph", ways=8), prof).bytes
-            p8 = predict(stats, ps, Topology("pipeline", stages=8, chunks=32), prof).bytes
+            g8 = predict(stats, ps, ParallelDims("graph", ways=8), prof).bytes
+            p8 = predict(stats, ps, ParallelDims("pipeline", stages=8, chunks=32), prof).bytes
             paper_rows.append({"dataset": name, "model": model, "d": paper_d, "pred_G_halo_8": g8["halo"],
                                "pred_P_8": p8["pipe"], "pred_ratio_8": g8["halo"] / p8["pipe"],
                                "paper_ratio": PAPER_RATIO.get((name, model), float("nan")),

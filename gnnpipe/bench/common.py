@@ -347,7 +347,7 @@ def synth_flags(synth: Mapping[str, Any]) -> list[str]:
 
 
 def topo_flags(topo) -> list[str]:
-    """``gnnpipe-train`` flags for a :class:`gnnpipe.plan.Topology`."""
+    """``gnnpipe-train`` flags for a :class:`gnnpipe.dims.ParallelDims`."""
     if topo.mode == "graph":
         return ["--mode", "graph"]
     return ["--mode", topo.mode, "--ways", str(topo.ways), "--stages", str(topo.stages), "--chunks", str(topo.chunks)]
@@ -385,5 +385,5 @@ def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "
     from gnnpipe.partition.plan import build_plan
     from gnnpipe.partition.volume import chunk_halo_sum as _count
 
-    plan = call_quietly(lambda: build_plan(graph, ways, chunks, method=method, seed=seed, stats=False))
+    plan = call_quietly(lambda: build_plan(graph, ways, chunks, method=method, seed=seed))
     return _count(graph.indptr, graph.indices, plan.part, plan.chunk)

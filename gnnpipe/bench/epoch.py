@@ -33,11 +33,11 @@ QUICK_CASES = {"sbm2k-gcnii4": ("sbm", {"synth_nodes": 2000, "synth_degree": 10.
 
 def world_topologies(world: int):
     """Topologies measured at ``world`` ranks (chunks = 4·S as the paper)."""
-    from gnnpipe.plan import Topology
+    from gnnpipe.dims import ParallelDims
 
-    ts = [Topology("graph", ways=world), Topology("pipeline", stages=world, chunks=4 * world)]
+    ts = [ParallelDims("graph", ways=world), ParallelDims("pipeline", stages=world, chunks=4 * world)]
     if world == 4:
-        ts.append(Topology("hybrid", ways=2, stages=2, chunks=8))
+        ts.append(ParallelDims("hybrid", ways=2, stages=2, chunks=8))
     return ts
 
 

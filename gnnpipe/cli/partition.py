@@ -58,6 +58,7 @@ from gnnpipe.partition.plan import (
     plan_params,
     read_plan_meta,
 )
+from gnnpipe.partition.stats import plan_stats
 
 #: Params that record results (what ran), not requests: ignored when deciding reuse.
 _RESULT_PARAMS = ("metis_path",)
@@ -217,6 +218,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     plan = build_plan(graph, args.parts, args.chunks, args.method, args.objective, args.seed, weights,
                       metis_mode=args.metis_mode, metis_budget=args.metis_budget)
     _progress(f"partitioned in {time.perf_counter() - t0:.2f} s")
+    _progress("computing plan statistics")
+    plan.stats = plan_stats(graph, plan)
     if args.dry_run:
         _progress("dry run: nothing written")
     else:

@@ -40,27 +40,22 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from gnnpipe import GnnpipeError
+from gnnpipe.dims import ParallelDims
 from gnnpipe.models import RunCtx, accuracy_counts, loss_fn
-from gnnpipe.parallel.chunks import ChunkInfo, build_chunks, feature_rows
+from gnnpipe.parallel.chunks import ChunkInfo, feature_rows
+from gnnpipe.parallel.executor import (EpochResult, Executor, StaleOptions, allreduce_grads, reduce_accuracies,
+                                       split_counts, wait_seconds)
+from gnnpipe.parallel.halo import HaloExchanger, with_halo
+from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower
 
 log = logging.getLogger(__name__)
 
 # Chunk messages use tags 2k (activations) and 2k+1 (gradients); evaluation uses its own.
 _EVAL_TAG = 30000
-
-
-@dataclass
-class StaleOptions:
-    """The convergence techniques (all on by default) and exactness."""
-
-    exact: bool = False
-    shuffle: bool = True
-    grad_fix: bool = True
-    grad_scale: float = 2.0
-    snapshot_period: int = 23
 
 
 def carry_keys_after(units, start: int) -> tuple[str, ...]:
@@ -74,8 +69,6 @@ def carry_keys_after(units, start: int) -> tuple[str, ...]:
 
 
 def _is_dense(x) -> bool:
-    import scipy.sparse as sp
-
     return x is not None and not sp.issparse(x) and not (isinstance(x, torch.Tensor) and x.layout != torch.strided)
 
 
@@ -233,8 +226,6 @@ class WayLink:
 
 def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool) -> WayLink:
     """The :class:`WayLink` of ``way`` from every way's chunks (all ranks know the plan)."""
-    from gnnpipe.parallel.graph_parallel import HaloExchanger
-
     D, C = plan.num_parts, chunks_per_way
     part_ptr = np.asarray(plan.part_ptr, dtype=np.int64)
     lo, hi = int(part_ptr[way]), int(part_ptr[way + 1])
@@ -472,9 +463,7 @@ class PipelineStage:
                 elif self.way is not None and self.way.exchanger is not None:
                     # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
                     # and their gradients return inside autograd, as in graph parallelism.
-                    from gnnpipe.parallel.graph_parallel import _HaloExchange
-
-                    h_src = _HaloExchange.apply(h, self.way.exchanger)
+                    h_src = with_halo(h, self.way.exchanger)
                 elif pos not in self.hist:  # one chunk spanning every node: nothing outside it
                     h_src = h
                 else:
@@ -548,30 +537,7 @@ class PipelineStage:
                                multilabel=self.multilabel)
 
 
-def chunk_order(num_chunks: int, epoch: int, seed: int, shuffle: bool = True) -> list[int]:
-    """The epoch's chunk order, identical on every stage (schedule module when present)."""
-    try:
-        from gnnpipe.schedule import chunk_order as _co
-
-        return list(_co(num_chunks, epoch, seed, shuffle=shuffle))
-    except ImportError:  # pragma: no cover - schedule module always ships
-        if not shuffle:
-            return list(range(num_chunks))
-        g = np.random.default_rng([seed, epoch])
-        return [int(i) for i in g.permutation(num_chunks)]
-
-
-@dataclass
-class PipeEpochResult:
-    loss: float
-    train_correct: int
-    train_total: int
-    compute_s: float
-    comm_s: float
-    bubble_s: float
-
-
-class PipelineExecutor:
+class PipelineExecutor(Executor):
     """Runs one stage of the pipeline on this rank and talks to its neighbour stages.
 
     Args:
@@ -586,7 +552,7 @@ class PipelineExecutor:
 
     def __init__(self, comm, stage: PipelineStage, params, optimizer, num_stages: int,
                  carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int,
-                 cross=None, world=None) -> None:
+                 cross=None, world=None, dims: ParallelDims | None = None) -> None:
         self.comm = comm
         self.cross = cross
         self.world = world if world is not None else comm
@@ -600,6 +566,8 @@ class PipelineExecutor:
         self.opts = opts
         self.seed = seed
         self.C = len(stage.chunks)
+        ways = cross.world_size if cross is not None else 1
+        self.dims = dims or ParallelDims("hybrid" if ways > 1 else "pipeline", ways=ways, stages=num_stages, chunks=self.C)
 
     # one message per chunk and direction: [h | carry...] concatenated along columns
     def _pack(self, h: torch.Tensor, carry: dict, keys: tuple) -> torch.Tensor:
@@ -619,7 +587,7 @@ class PipelineExecutor:
     def _width(self, d: int, keys: tuple) -> int:
         return d + len(keys) * self.carry_dim
 
-    def train_epoch(self, epoch: int) -> PipeEpochResult:
+    def train_epoch(self, epoch: int) -> EpochResult:
         """Interpret this stage's lowered action list for one epoch.
 
         The list comes from :func:`gnnpipe.schedule.gnnpipe_schedule` lowered by
@@ -628,12 +596,10 @@ class PipelineExecutor:
         send that is waited for only at the end of the epoch, ``F``/``B`` compute, ``OPT``
         steps the optimizer.
         """
-        from gnnpipe.schedule import ActionKind, gnnpipe_schedule, lower
-
         st = self.stage
         comm = self.comm
         t_start = time.perf_counter()
-        wait0 = comm.stats.wait_s if hasattr(comm, "stats") else 0.0
+        wait0 = wait_seconds(comm)
         order = chunk_order(self.C, epoch, self.seed, self.opts.shuffle and not self.opts.exact)
         actions = lower(gnnpipe_schedule(self.S, order), self.S)[self.s]
         st.begin_epoch(epoch)
@@ -689,6 +655,7 @@ class PipelineExecutor:
             elif a.kind == ActionKind.F:
                 h_in, carry = inbox.pop(("F", k), (None, {}))
                 out, cout = st.forward_chunk(k, h_in, carry)
+                self._emit(out.detach())
                 if st.is_last:
                     c, t = st.train_counts(k, out)
                     correct += c
@@ -711,23 +678,14 @@ class PipelineExecutor:
                     w.wait()
                 bubble += time.perf_counter() - t0
                 sends.clear()
-                for p in self.params:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                if self.cross is not None and self.params:
-                    flat = torch.cat([p.grad.reshape(-1) for p in self.params])
-                    self.cross.all_reduce(flat, op="sum", category="allreduce")
-                    off = 0
-                    for p in self.params:
-                        p.grad.copy_(flat[off : off + p.numel()].view_as(p.grad))
-                        off += p.numel()
+                allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
                 self.opt.step()
             else:  # pragma: no cover - the generator emits no other kinds
                 raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
         st.end_epoch()
         wall = time.perf_counter() - t_start
-        comm_s = (comm.stats.wait_s - wait0) if hasattr(comm, "stats") else bubble
-        return PipeEpochResult(loss, correct, total, wall - comm_s, comm_s, bubble)
+        comm_s = (wait_seconds(comm) - wait0) if hasattr(comm, "stats") else bubble
+        return EpochResult(loss, correct, total, wall - comm_s, comm_s, bubble)
 
     def state_dict(self) -> dict:
         """This stage's parameters, optimizer, and what the next epoch reads of the history:
@@ -774,21 +732,15 @@ class PipelineExecutor:
         comm = self.comm
         last = self.s == self.S - 1
         out, carry = self._eval_forward(epoch)
-        counts = torch.zeros(6, dtype=torch.float64)
+        counts = [0] * 6  # only the last stage scores
         if not last:
             cout = {k: carry[k] for k in st.carry_out_keys}
             comm.send(self._pack(out, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category="eval")
         else:
             lo = st.chunks[0].lo
             hi = lo + out.shape[0]
-            vals = []
-            for split in ("train", "val", "test"):
-                vals.extend(accuracy_counts(out, st.labels[lo:hi], st.masks[split][lo:hi], multilabel=st.multilabel))
-            counts = torch.tensor(vals, dtype=torch.float64)
-        if self.world.world_size > 1:
-            self.world.all_reduce(counts, op="sum", category="control")
-        c = counts.tolist()
-        return {"train_acc": c[0] / max(c[1], 1), "val_acc": c[2] / max(c[3], 1), "test_acc": c[4] / max(c[5], 1)}
+            counts = split_counts(out, st.labels[lo:hi], {k: m[lo:hi] for k, m in st.masks.items()}, st.multilabel)
+        return reduce_accuracies(counts, self.world)
 
     def _eval_forward(self, epoch: int) -> tuple[torch.Tensor, dict]:
         """This stage's output rows (and carry) of its whole part in evaluation mode."""
@@ -842,89 +794,3 @@ class PipelineExecutor:
             for u in st.units:
                 u.train()
         return h, carry
-
-
-def build_pipeline_executor(cfg, comm, graph, mcfg, num_train: int):
-    """Set up this rank's stage from a config: topology, plan, relabelled graph, layers.
-
-    Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's parts)
-    of ``S`` stages, ``rank = way·S + stage``.
-    """
-    import scipy.sparse as sp
-
-    from gnnpipe.models import build_model
-    from gnnpipe.parallel.topology import Topology, build_groups
-    from gnnpipe.partition import assign_layers, layer_costs, relabel_graph
-    from gnnpipe.train import plan_for
-
-    hybrid = cfg.mode == "hybrid"
-    D = cfg.ways if hybrid else 1
-    if hybrid and D < 2:
-        raise GnnpipeError("--mode hybrid needs --ways >= 2 (one way is --mode pipeline)")
-    if not hybrid and cfg.ways != 1:
-        raise GnnpipeError(f"--ways {cfg.ways} applies to --mode hybrid only")
-    S = cfg.stages or max(comm.world_size // D, 1)
-    if not hybrid and S != comm.world_size:
-        raise GnnpipeError(f"--mode pipeline runs one stage per rank: world size is {comm.world_size}, --stages is {S}")
-    topo = Topology(D, S, comm.world_size)
-    way, s_idx = topo.coords(comm.rank)
-    C = 1 if cfg.exact else (cfg.chunks or 4 * S)
-    model = build_model(mcfg, seed=cfg.seed)
-    units = list(model.units)
-    if len(units) < S:
-        raise GnnpipeError(
-            f"{mcfg.model} with --layers {mcfg.layers} has {len(units)} layer units, fewer than "
-            f"{S} stages; use fewer stages or --mode hybrid (ways x stages)"
-        )
-    plan = plan_for(cfg, graph, D, C)
-    nnz = graph.features.nnz if graph.sparse_features else None
-    costs = layer_costs(mcfg.model, mcfg.layers, graph.num_features, mcfg.hidden, graph.num_nodes,
-                        graph.num_edges, graph.num_classes, sparse_nnz=nnz)
-    if len(costs) != len(units):
-        raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
-    a, b = assign_layers(costs, S)[s_idx]
-    # Only the first stage reads features, and gathers them itself below: relabelling gets a
-    # zero-width placeholder instead of building an [N, F] copy on every rank (the loaded,
-    # memory-mapped features stay unread elsewhere).
-    import dataclasses
-
-    graph.content_hash  # noqa: B018  (cached, so the placeholder graph carries the dataset's)
-    features = graph.features
-    rg = relabel_graph(dataclasses.replace(graph, features=np.empty((graph.num_nodes, 0), np.float32),
-                                           validate=False), plan)
-    deg = rg.degrees().astype(np.float32)
-    chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm,
-                              only=range(way * C, (way + 1) * C))
-    chunks = chunks_all[way * C : (way + 1) * C]
-    pipe, cross = build_groups(comm, topo)
-    link = build_way_link(cross, plan, chunks_all, way, C, cfg.exact) if D > 1 else None
-    opts = StaleOptions(exact=cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix and not cfg.exact,
-                        snapshot_period=0 if cfg.exact else cfg.snapshot_period)
-    is_last = s_idx == S - 1
-    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    out_keys = carry_keys_after(units, b) if not is_last else ()
-    in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
-    x, x_rows = None, None
-    if a == 0:
-        # one way: every row; a hybrid way: its part and its chunks' neighbours
-        if D > 1:
-            x_rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi, dtype=np.int64)]
-                                              + [ch.nbr_ids.numpy() for ch in chunks]))
-        src = np.asarray(plan.perm, dtype=np.int64) if x_rows is None else np.asarray(plan.perm, dtype=np.int64)[x_rows]
-        x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
-    stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
-                          rg.labels, None, masks, num_train, is_last, opts, cfg.seed,
-                          multilabel=graph.multilabel, carry_out_keys=out_keys, way=link,
-                          hist_dtype=getattr(torch, cfg.history_dtype), x_rows=x_rows)
-    params = [p for u in units[a:b] for p in u.parameters()]
-    opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay) if params else _NoOpt()
-    ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, cfg.seed,
-                          cross=cross, world=comm)
-    log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
-             way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
-    return ex, plan
-
-
-class _NoOpt:
-    def step(self) -> None:
-        pass

@@ -18,6 +18,7 @@ import torch
 
 from gnnpipe.models import RunCtx, loss_fn
 from gnnpipe.models.block import Block
+from gnnpipe.schedule import chunk_order
 
 
 def _rows_block(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, lo: int, hi: int,
@@ -53,7 +54,7 @@ class StaleReference:
         chunk_ptr: chunk boundaries.
         orig: original id of each relabelled id (``plan.perm``), which keys dropout masks.
         ways: hybrid ways D (``chunk_ptr`` then holds C chunks per way, way-major).
-        opts: :class:`gnnpipe.parallel.pipeline.StaleOptions`.
+        opts: :class:`gnnpipe.parallel.executor.StaleOptions`.
     """
 
     def __init__(self, model, graph, chunk_ptr, opts, seed: int, lr: float = 0.01, weight_decay: float = 0.0,
@@ -90,8 +91,6 @@ class StaleReference:
         of other ways' slot-``i`` chunks are fresh). In backward, the cross-chunk gradients
         a slot produces become visible from the next slot on.
         """
-        from gnnpipe.parallel.pipeline import chunk_order
-
         o = self.opts
         D = self.ways
         C = self.C // D

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from gnnpipe import GnnpipeError
-from gnnpipe.partition.volume import MODELS
+from gnnpipe.config import MODELS
 
 _FWD_BWD = 3.0
 

@@ -27,12 +27,7 @@ Two graph-parallel formulas live side by side:
 from __future__ import annotations
 
 from gnnpipe import GnnpipeError
-
-#: Models whose first graph layer aggregates the raw input features.
-FEATURE_FIRST_MODELS = ("gcn", "sage", "gat")
-#: Models with an input linear layer F→d before the first aggregation.
-INPUT_LINEAR_MODELS = ("gcnii", "resgcn+")
-MODELS = FEATURE_FIRST_MODELS + INPUT_LINEAR_MODELS
+from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
 FORMULAS = ("ours", "paper")
 
 
@@ -53,7 +48,7 @@ def exchanged_layers(model: str, L: int) -> int:
     """Aggregation layers whose input halo our executor exchanges every epoch.
 
     Args:
-        model: one of :data:`MODELS`.
+        model: one of :data:`gnnpipe.config.MODELS`.
         L: graph (aggregation) layers.
 
     Returns:
