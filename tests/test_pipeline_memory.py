@@ -27,7 +27,7 @@ from gnnpipe.data import synthetic  # noqa: E402
 from gnnpipe.models import ModelConfig, build_model  # noqa: E402
 from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
 from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
-from gnnpipe.parallel.pipeline import PipelineStage  # noqa: E402
+from gnnpipe.parallel.stage import PipelineStage  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.train import build_executor, load_graph_for  # noqa: E402
@@ -147,7 +147,7 @@ def test_hybrid_buffers_hold_only_the_ways_rows_and_bfloat16_trains():
 
 
 def test_hybrid_way_history_rows_are_its_part():
-    from gnnpipe.parallel.pipeline import build_way_link
+    from gnnpipe.parallel.halo import build_way_link
 
     g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
     plan = build_plan(g, parts=2, chunks=3, method="random", seed=0)
@@ -157,7 +157,7 @@ def test_hybrid_way_history_rows_are_its_part():
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     st = PipelineStage(list(model.units)[1:], 1, chunks_all[3:], rg.num_nodes, None, rg.labels, None, masks, 100,
-                       True, StaleOptions(), seed=0, way=link)
+                       True, StaleOptions(), seed=0, source=link)
     lo, hi = int(plan.part_ptr[1]), int(plan.part_ptr[2])
     assert st.row0 == lo and all(h.shape[0] == hi - lo < rg.num_nodes for h in st.hist.values())
     for k in range(3):
@@ -179,7 +179,7 @@ def test_evaluation_by_chunks_equals_the_whole_graph_forward(model):
     block): the logits equal the same units run on the whole graph at once."""
     from gnnpipe.models import RunCtx
     from gnnpipe.models.block import Block
-    from gnnpipe.parallel.graph_parallel import features_to_tensor
+    from gnnpipe.parallel.features import features_to_tensor
 
     cfg = _cfg(mode="pipeline", model=model, layers=3, chunks=4, epochs=2)
     g = load_graph_for(cfg)

@@ -26,9 +26,12 @@ from gnnpipe.dims import ParallelDims
 from gnnpipe.models import ModelConfig, build_model
 from gnnpipe.parallel.chunks import build_chunks
 from gnnpipe.parallel.executor import Executor, StaleOptions
-from gnnpipe.parallel.graph_parallel import GraphParallelExecutor, gather_feature_rows
+from gnnpipe.parallel.features import gather_feature_rows
+from gnnpipe.parallel.graph import GraphParallelExecutor
 from gnnpipe.parallel.groups import build_groups
-from gnnpipe.parallel.pipeline import PipelineExecutor, PipelineStage, build_way_link, carry_keys_after
+from gnnpipe.parallel.halo import build_way_link
+from gnnpipe.parallel.runtime import PipelineExecutor
+from gnnpipe.parallel.stage import LocalHistory, PipelineStage, carry_keys_after
 from gnnpipe.partition import assign_layers, layer_costs, load_local_part, relabel_graph
 
 log = logging.getLogger(__name__)
@@ -123,7 +126,8 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
                               only=range(way * C, (way + 1) * C))
     chunks = chunks_all[way * C : (way + 1) * C]
     pipe, cross = build_groups(comm, dims)
-    link = build_way_link(cross, plan, chunks_all, way, C, opts.exact) if D > 1 else None
+    # the stage's neighbour rows: its own history, or the other ways' through the link
+    source = build_way_link(cross, plan, chunks_all, way, C, opts.exact) if D > 1 else LocalHistory(chunks)
     is_last = s_idx == S - 1
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     out_keys = carry_keys_after(units, b) if not is_last else ()
@@ -138,7 +142,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
     stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
                           rg.labels, None, masks, num_train, is_last, opts, seed,
-                          multilabel=graph.multilabel, carry_out_keys=out_keys, way=link,
+                          multilabel=graph.multilabel, carry_out_keys=out_keys, source=source,
                           hist_dtype=getattr(torch, history_dtype), x_rows=x_rows)
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = optimizer(params) if params else _NoOpt()

@@ -157,7 +157,7 @@ def hybrid_bytes(
     :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways the boundary
     vertices are exchanged at every exchanged aggregation layer (:func:`exchanged_layers`),
     whichever stage runs the layer, **per chunk**: our executor
-    (``gnnpipe.parallel.pipeline.WayLink``) sends, for each local chunk ``k`` of way ``w``,
+    (``gnnpipe.parallel.halo.WayLink``) sends, for each local chunk ``k`` of way ``w``,
     the rows of other ways that chunk ``k`` needs, so a remote vertex needed by several
     chunks of a way travels once per chunk. The halo term is therefore
     ``2·s·d·n_x·Σ_w Σ_k M_{w,k}`` (``sum_m_chunks``, :func:`chunk_halo_sum`), not

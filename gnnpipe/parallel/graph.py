@@ -25,48 +25,16 @@ import logging
 import time
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import GNN, RunCtx, accuracy_counts, loss_fn
 from gnnpipe.models.block import Block
+from gnnpipe.parallel.features import concat_rows, features_to_tensor
 from gnnpipe.parallel.executor import EpochResult, Executor, allreduce_grads, reduce_accuracies, split_counts, wait_seconds
 from gnnpipe.parallel.halo import HaloExchanger, with_halo
 
 log = logging.getLogger(__name__)
-
-
-def features_to_tensor(f, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Node features (dense ndarray or scipy CSR) as a float32 tensor (sparse stays sparse CSR)."""
-    if sp.issparse(f):
-        f = sp.csr_matrix(f)
-        t = torch.sparse_csr_tensor(
-            torch.from_numpy(np.asarray(f.indptr, dtype=np.int64)),
-            torch.from_numpy(np.asarray(f.indices, dtype=np.int64)),
-            torch.from_numpy(np.asarray(f.data, dtype=np.float32)),
-            size=f.shape,
-        )
-        return t.to(device)
-    return torch.from_numpy(np.ascontiguousarray(f, dtype=np.float32)).to(device)
-
-
-def gather_feature_rows(features, rows: np.ndarray):
-    """Rows of a (possibly memory-mapped) dense or sparse feature matrix, in order."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if sp.issparse(features):
-        return sp.csr_matrix(features)[rows]
-    order = np.argsort(rows, kind="stable")  # sorted reads are sequential on a memmap
-    out = np.empty((rows.size, features.shape[1]), dtype=np.float32)
-    out[order] = np.asarray(features[rows[order]], dtype=np.float32)
-    return out
-
-
-def concat_rows(a, b):
-    """Stack two feature blocks (both dense or both scipy sparse)."""
-    if sp.issparse(a):
-        return sp.vstack([a, b], format="csr")
-    return np.concatenate([a, b], axis=0)
 
 
 class GraphParallelExecutor(Executor):
