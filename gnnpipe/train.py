@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from gnnpipe import GnnpipeError
+from gnnpipe.comm import CATEGORIES
 from gnnpipe.config import TrainConfig, parse_config
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import ModelConfig
@@ -46,8 +47,6 @@ from gnnpipe.parallel.executor import Executor, StaleOptions
 
 log = logging.getLogger("gnnpipe.train")
 
-# Fixed order so every rank reduces the same vector.
-CATEGORIES = ("halo_fwd", "halo_bwd", "pipe_act", "pipe_grad", "allreduce", "control", "eval")
 
 
 # Committed checkpoints kept per run (the newest included).
