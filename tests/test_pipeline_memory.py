@@ -25,6 +25,7 @@ from rankfns import _cfg  # noqa: E402
 from gnnpipe.comm import SingleProcessCommunicator  # noqa: E402
 from gnnpipe.data import synthetic  # noqa: E402
 from gnnpipe.models import ModelConfig, build_model  # noqa: E402
+from gnnpipe.parallel.build import first_stage_features  # noqa: E402
 from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
 from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
 from gnnpipe.parallel.stage import PipelineStage  # noqa: E402
@@ -186,8 +187,19 @@ def test_evaluation_by_chunks_equals_the_whole_graph_forward(model):
     ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
     for e in range(2):
         ex.train_epoch(e)
-    assert not hasattr(ex, "_full_chunk")
-    out, _ = ex._eval_forward(2)
+    made = []
+    real_init = Block.__init__
+
+    def counting_init(self, *a, **kw):
+        made.append(kw.get("num_src", a[2] if len(a) > 2 else None))
+        real_init(self, *a, **kw)
+
+    Block.__init__ = counting_init
+    try:
+        out, _ = ex._eval_forward(2)
+    finally:
+        Block.__init__ = real_init
+    assert made == [], f"evaluation built {len(made)} new block(s); it must reuse the training chunks' blocks"
     rg = relabel_graph(g, plan)
     blk = Block.full(torch.as_tensor(rg.indptr), torch.as_tensor(rg.indices))
     h, carry = features_to_tensor(rg.features), {}
@@ -216,7 +228,7 @@ def test_pipeline_and_hybrid_evaluate_the_same_exact_model_alike():
 def test_first_stage_features_one_way_and_hybrid():
     """One way: the first stage's features are the relabelled [N, F] matrix. A hybrid way's
     first stage holds only its part's and its chunks' neighbours' rows and reads the same
-    values (build_pipeline_executor relabels no features at all)."""
+    values (the builder relabels no features at all)."""
     cfg = _cfg(mode="pipeline", model="gcn", layers=3, chunks=4)
     g = load_graph_for(cfg)
     ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
@@ -230,10 +242,12 @@ def test_first_stage_features_one_way_and_hybrid():
     rg = relabel_graph(g, plan)
     feats = torch.from_numpy(np.asarray(rg.features))
     chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, orig=plan.perm, only=range(3, 6))[3:]
-    rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi)] + [c.nbr_ids.numpy() for c in chunks]))
+    x, rows = first_stage_features(g.features, plan, chunks, whole=False)  # what the builder gives way 1
+    read = np.unique(np.concatenate([c.src_ids().numpy() for c in chunks]))  # what its chunks read
+    assert np.array_equal(rows, read), "a hybrid way's first stage holds exactly the rows its chunks read"
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    st = PipelineStage(list(model.units), 0, chunks, rg.num_nodes, feats[rows], rg.labels, None, masks, 100, True,
+    st = PipelineStage(list(model.units), 0, chunks, rg.num_nodes, x, rg.labels, None, masks, 100, True,
                        StaleOptions(), seed=0, x_rows=rows)
     assert st.x.shape[0] == rows.size < g.num_nodes
     for k, ch in enumerate(chunks):

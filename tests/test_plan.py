@@ -208,7 +208,17 @@ def test_estimate_sum_m_close_to_real(squirrel):
 
 
 # ------------------------------------------------------------------ the paper's direction
-def _g_over_p(stats, spec, prof):
+# The A5000 profile's SpMM rate was fitted to the paper's Reddit graph-parallel breakdown and
+# its per-unit overhead to the paper's Squirrel/Flickr pipeline epochs, so checking the
+# paper's directions at exactly those values would be circular. Each direction is checked
+# over a band around them instead (each fitted rate x0.5, x1, x2): a direction that holds
+# over the whole band follows from the model's structure (bytes, depth, overlap), not from
+# the fit. Where it does not (Physics GCNII), the test says so and checks less.
+BAND = [(sp, uo) for sp in (0.5, 1.0, 2.0) for uo in (0.5, 1.0, 2.0)]
+
+
+def _g_over_p(stats, spec, prof, spmm=1.0, overhead=1.0):
+    prof = replace(prof, spmm_edge_width_s=prof.spmm_edge_width_s * spmm, unit_overhead_s=prof.unit_overhead_s * overhead)
     g = predict(stats, spec, ParallelDims("graph", 8), prof)
     p = predict(stats, spec, ParallelDims("pipeline", 1, 8, 32), prof)
     return g.epoch_s / p.epoch_s
@@ -219,7 +229,8 @@ def test_paper_direction_squirrel(squirrel, a5000):
     # pipeline volume is 2·4·7·5201·1000). Pipeline wins (paper: G/P 2.33 for GCN).
     st = graph_stats_from_graph(squirrel, [8], chunks={1: [32]})
     for model in ("gcn", "gcnii"):
-        assert _g_over_p(st, ModelSpec(model, 32, 1000), a5000) > 1.2
+        for sp, uo in BAND:
+            assert _g_over_p(st, ModelSpec(model, 32, 1000), a5000, sp, uo) > 1.2, (model, sp, uo)
 
 
 def test_paper_direction_physics(a5000):
@@ -233,8 +244,15 @@ def test_paper_direction_physics(a5000):
         st = st.with_parts([real.part(8), real.part(1)])
     else:
         st = st.with_parts(estimate_part_info(34493, 495924, [8], chunks={1: [32]}))
-    for model in ("gcn", "gcnii"):
-        assert _g_over_p(st, ModelSpec(model, 32, 100), a5000) < 1.0
+    for sp, uo in BAND:
+        assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000, sp, uo) < 1.0, (sp, uo)
+    # GCNII's pipeline loses only when a unit pass costs at least the fitted overhead: at
+    # half of it the model predicts a pipeline win. Checked where the fit puts it, and
+    # known to rest on that fit.
+    for sp, uo in BAND:
+        if uo >= 1.0:
+            assert _g_over_p(st, ModelSpec("gcnii", 32, 100), a5000, sp, uo) < 1.0, (sp, uo)
+    assert _g_over_p(st, ModelSpec("gcnii", 32, 100), a5000, 1.0, 0.5) > 1.0  # the fit matters here
 
 
 def test_paper_direction_reddit_shaped(a5000):
@@ -242,7 +260,8 @@ def test_paper_direction_reddit_shaped(a5000):
     # Reddit's average degree (492). Pipeline wins (paper: G/P 2.45).
     st = GraphStats(232965, 114615892, 602, 41, name="reddit")
     st = st.with_parts(estimate_part_info(st.num_nodes, st.num_edges, [8], sample_nodes=5000, chunks={1: [32]}))
-    assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000) > 1.5
+    for sp, uo in BAND:
+        assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000, sp, uo) > 1.5, (sp, uo)
     p = predict(st, ModelSpec("gcn", 32, 100), ParallelDims("pipeline", 1, 8, 32), a5000)
     assert p.bytes["pipe"] == 2 * 4 * 7 * 232965 * 100  # the paper's logged 1.215 GB
 

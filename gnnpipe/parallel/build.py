@@ -132,14 +132,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     out_keys = carry_keys_after(units, b) if not is_last else ()
     in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
-    x, x_rows = None, None
-    if a == 0:
-        # one way: every row; a hybrid way: its part and its chunks' neighbours
-        if D > 1:
-            x_rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi, dtype=np.int64)]
-                                              + [ch.nbr_ids.numpy() for ch in chunks]))
-        src = np.asarray(plan.perm, dtype=np.int64) if x_rows is None else np.asarray(plan.perm, dtype=np.int64)[x_rows]
-        x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
+    x, x_rows = first_stage_features(features, plan, chunks, whole=D == 1) if a == 0 else (None, None)
     stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
                           rg.labels, None, masks, num_train, is_last, opts, seed,
                           multilabel=graph.multilabel, carry_out_keys=out_keys, source=source,
@@ -151,6 +144,30 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
     return ex
+
+
+def first_stage_features(features, plan, chunks: list, whole: bool) -> tuple:
+    """The feature rows a first stage reads, gathered from the dataset's (original-id) rows.
+
+    Args:
+        features: the dataset's [N, F] features (dense, memory-mapped or scipy CSR).
+        plan: the partition plan (``plan.perm[new] = old``).
+        chunks: this way's chunks (relabelled ids).
+        whole: one way: every row; otherwise (a hybrid way) only its part's rows and its
+            chunks' neighbours'.
+
+    Returns:
+        ``(x, x_rows)``: the rows in relabelled-id order (float32 ndarray or scipy CSR) and
+        their sorted relabelled ids (None when ``whole``).
+    """
+    perm = np.asarray(plan.perm, dtype=np.int64)
+    x_rows = None
+    if not whole:
+        x_rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi, dtype=np.int64)]
+                                          + [ch.nbr_ids.numpy() for ch in chunks]))
+    src = perm if x_rows is None else perm[x_rows]
+    x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
+    return x, x_rows
 
 
 class _NoOpt:
