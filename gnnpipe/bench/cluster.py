@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -191,8 +192,6 @@ def run_job(spec: CL.ClusterSpec, args: Sequence[str], out: Path, launcher: str 
         if launcher == "torch":
             procs = c.launch(argv, out)
         else:
-            import subprocess
-
             with open(out / "mpirun.log", "wb") as f:
                 procs = [subprocess.Popen(c.mpirun_argv(argv), stdout=f, stderr=subprocess.STDOUT,
                                           start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))]
