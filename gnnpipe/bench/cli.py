@@ -9,6 +9,8 @@ into ``<out>/<SUB>/`` and prints the summary table):
     scale     synthetic graphs up to 1M nodes / 20M edges, epoch time and memory per mode
     overhead  one process: gnnpipe against PyG's edge_index and adj_t paths, and the limit
     accuracy  the paper's accuracy protocol (long; --only, --seeds, --epochs)
+    cluster   training on emulated hosts with shaped links (root): one job, or --sweep over
+              link rates x modes x graphs x models (own flags: gnnpipe-bench cluster --help)
 
 ``--quick`` makes each finish in about a minute (tiny graphs, one run).
 """
@@ -23,7 +25,7 @@ from typing import Sequence
 
 from gnnpipe import GnnpipeError
 
-SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy")
+SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster")
 
 
 def _ints(s: str) -> list[int]:
@@ -54,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``gnnpipe-bench``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["cluster"]:
+        # Its own flags and a '--' tail of gnnpipe-train arguments: its own parser.
+        from gnnpipe.bench import cluster
+
+        return cluster.main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -69,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> str:
+    if args.sub == "cluster":
+        raise GnnpipeError("'cluster' takes its own flags: put it first, e.g. "
+                           "gnnpipe-bench cluster --hosts 4 --rate 200mbit -- --config tiny")
     kw = {"quick": args.quick, "progress": args.progress}
     if args.sub == "comm":
         from gnnpipe.bench import comm
