@@ -257,12 +257,13 @@ def _mine() -> list[str]:
 
 def _predicted(mode: str, world: int = 4) -> dict[str, int]:
     from gnnpipe.config import TrainConfig
-    from gnnpipe.plan import ModelSpec, Topology, chunk_counts, graph_stats_from_graph, load_profile, predict
+    from gnnpipe.dims import ParallelDims
+    from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
     from gnnpipe.train import load_graph_for
 
     g = load_graph_for(TrainConfig(dataset="sbm", synth_nodes=600, synth_features=8, synth_classes=4))
-    topo = (Topology("graph", ways=world) if mode == "graph"
-            else Topology("pipeline", stages=world, chunks=4 * world))
+    topo = (ParallelDims("graph", ways=world) if mode == "graph"
+            else ParallelDims("pipeline", stages=world, chunks=4 * world))
     st = graph_stats_from_graph(g, [world], seed=0, chunks=chunk_counts([topo]))
     return predict(st, ModelSpec("gcn", 4, 16), topo, load_profile("cpu-this-machine")).bytes
 
