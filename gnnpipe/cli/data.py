@@ -29,6 +29,7 @@ from gnnpipe.cli import run_cli
 from gnnpipe.data import catalog
 from gnnpipe.data.graph import META_FILE, Graph, load_graph
 from gnnpipe.data.stats import graph_info
+from gnnpipe.fsutil import check_replaceable, safe_name
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -91,8 +92,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         if not todo:
             raise GnnpipeError(f"prepare --all: no raw dataset folder of any card under {raw_root}")
         for name in todo:
-            if (root / name).exists() and not args.force:
-                print(f"{name}: skipped, {root / name} exists (use --force to replace it)")
+            try:
+                check_replaceable(root / name, "dataset", args.force)
+            except GnnpipeError as e:  # says whether --force would replace it
+                print(f"{name}: skipped, {e}")
                 continue
             try:
                 _prepare_one(name, raw_root / name, args)
@@ -136,8 +139,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise GnnpipeError(f"synthetic generators unavailable: {e}") from None
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise GnnpipeError(f"{out}: output directory exists (use --force to replace it)")
+    check_replaceable(out, "dataset", args.force)  # before generating: a refusal costs nothing
+    if args.name is not None:
+        safe_name(args.name, "--name")
     # Only the flags given are passed: the generators own their defaults.
     names = {"nodes": "num_nodes", "edges": "num_edges", "classes": "num_classes", "avg_degree": "avg_degree",
              "homophily": "homophily", "features": "num_features", "signal": "feature_signal", "seed": "seed",
