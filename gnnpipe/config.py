@@ -252,7 +252,9 @@ def check_sizes(cfg: "TrainConfig", num_nodes: int | None = None, num_features: 
 
 
 def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from gnnpipe.cli import ArgumentParser  # usage errors in one line
+
+    p = ArgumentParser(
         prog=prog,
         description="Full-graph training of deep GNNs: graph parallelism, GNNPipe pipeline, hybrid. "
         "Run with mpirun -np N, torchrun --nproc-per-node N, srun, or as one process.",

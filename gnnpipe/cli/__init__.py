@@ -7,12 +7,24 @@ exit with status 2; ``--debug`` (or ``GNNPIPE_DEBUG=1``) keeps the traceback. Ct
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from typing import Callable, Sequence
 
 from gnnpipe import GnnpipeError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line: ``PROG: error: MESSAGE (see PROG --help)``.
+
+    argparse's default prints the whole usage synopsis first, which for a CLI with many
+    options buries the line that says what was wrong. Subparsers inherit the class.
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None, prog: str = "gnnpipe") -> int:

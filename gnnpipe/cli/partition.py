@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gnnpipe import GnnpipeError
-from gnnpipe.cli import run_cli
+from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.data.graph import Graph
 from gnnpipe.fsutil import check_replaceable, is_our_output, safe_name
 from gnnpipe.partition.plan import (
@@ -73,7 +73,7 @@ def default_partition_root() -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description="Partition a prepared graph into parts × chunks.")
+    ap = ArgumentParser(prog=PROG, description="Partition a prepared graph into parts × chunks.")
     ap.add_argument("dataset", help="prepared graph directory or dataset name under the data root")
     ap.add_argument("--parts", "-p", type=int, required=True, help="P: graph-parallel parts / hybrid ways")
     ap.add_argument("--chunks", "-c", type=int, default=1, help="C: pipeline chunks per part (default 1)")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gnnpipe import GnnpipeError
-from gnnpipe.cli import run_cli
+from gnnpipe.cli import ArgumentParser, run_cli
 
 PROG = "gnnpipe-plan"
 
@@ -45,7 +45,7 @@ PUBLISHED = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description="Rank graph / pipeline / hybrid configurations by predicted epoch time.")
+    ap = ArgumentParser(prog=PROG, description="Rank graph / pipeline / hybrid configurations by predicted epoch time.")
     ap.add_argument("dataset", nargs="?", help="prepared dataset name or directory, or one of: " + ", ".join(PUBLISHED))
     ap.add_argument("--stats", help="N,E,F[,CLASSES[,NNZ]] for a graph that is not here (E directed)")
     ap.add_argument("--world", type=int, required=True, help="number of ranks (devices)")
@@ -642,7 +642,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
 
     from gnnpipe.plan import HardwareProfile, profile_toml, profiles_dir
 
-    ap = argparse.ArgumentParser(prog=f"{PROG} calibrate", description="Measure this machine; write a hardware profile.")
+    ap = ArgumentParser(prog=f"{PROG} calibrate", description="Measure this machine; write a hardware profile.")
     ap.add_argument("--out", type=Path, default=None, help="profile file (default gnnpipe/profiles/cpu-this-machine.toml)")
     ap.add_argument("--quick", action="store_true", help="smaller, faster measurements")
     ap.add_argument("--no-p2p", action="store_true", help="skip the 2-process Gloo measurement")
@@ -722,7 +722,7 @@ def validate_main(argv: Sequence[str] | None = None) -> int:
     stored measurements, with the current model and a profile (nothing is run)."""
     from gnnpipe.bench.epoch import repredict
 
-    ap = argparse.ArgumentParser(prog=f"{PROG} validate",
+    ap = ArgumentParser(prog=f"{PROG} validate",
                                  description="Re-predict a stored `gnnpipe-bench epoch` result (results.json or its folder).")
     ap.add_argument("results", type=Path, help="results/<run>/epoch/results.json or its folder")
     ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path")
