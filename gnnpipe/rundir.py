@@ -47,10 +47,10 @@ _PATH_BYTES = 4096
 class RunLock:
     """The advisory lock of a run directory, held until :meth:`release` or process exit."""
 
-    def __init__(self, path: Path, fd: int, created: bool = False) -> None:
+    def __init__(self, path: Path, fd: int, created: list[Path] | None = None) -> None:
         self.path = path
         self.fd = fd
-        self.created = created  # this run made the directory
+        self.created = created or []  # folders this run made, innermost first
 
     def release(self) -> None:
         """Drop the lock; a directory this run created and left empty (setup failed) goes too,
@@ -62,9 +62,10 @@ class RunLock:
             try:
                 if {p.name for p in d.iterdir()} == {LOCK_FILE}:
                     self.path.unlink()
-                    d.rmdir()
+                    for folder in self.created:  # d first, then parents made for it (runs/)
+                        folder.rmdir()
             except OSError:
-                pass
+                pass  # not empty (someone else's files): left as it is
         if self.fd >= 0:
             try:
                 os.close(self.fd)  # closing the descriptor drops the flock
@@ -119,7 +120,7 @@ def claim_run_dir(out: Path, resuming_here: bool, overwrite: bool) -> RunLock:
     if blocker is not None:
         raise GnnpipeError(f"--out {out}: cannot be created, {blocker} is {describe(blocker)}; "
                            "choose another --out")
-    created = not out.exists()
+    created = [p for p in [out, *out.parents] if not p.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -128,8 +129,8 @@ def claim_run_dir(out: Path, resuming_here: bool, overwrite: bool) -> RunLock:
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        if created:
-            _rmdir_quiet(out)
+        for folder in created:
+            _rmdir_quiet(folder)
         raise GnnpipeError(f"--out {out}: cannot write there ({_why(e)}); choose another --out") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
