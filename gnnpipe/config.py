@@ -81,6 +81,8 @@ class TrainConfig:
     progress: bool = _f(True, "progress bar on rank 0")
     lean_memory: bool = _f(False, "return freed tensors to the OS at once (glibc mmap threshold 1 MiB): "
                            "about half the peak RSS on CPU, epochs about 2.5x slower")
+    verify_data: bool = _f(True, "recompute a prepared dataset's content hash and refuse it if its arrays changed "
+                           "(cached by file size and mtime in <dataset>/.verified.json; --no-verify-data skips it)")
     overwrite: bool = _f(False, "start afresh in an --out that holds an earlier run: deletes its config.json, "
                          "metrics.jsonl, summary.json and checkpoints/ (nothing else); without it such an --out is refused")
 

@@ -217,7 +217,13 @@ def _load_graph(cfg: TrainConfig):
         )
     from gnnpipe.data.catalog import resolve_dataset
 
-    return Graph.load(resolve_dataset(cfg.dataset, cfg.root), mmap=True)
+    path = resolve_dataset(cfg.dataset, cfg.root)
+    g = Graph.load(path, mmap=True)
+    if cfg.verify_data:  # edited arrays would otherwise pass the plan and checkpoint checks
+        from gnnpipe.data.verify import verify_dataset
+
+        verify_dataset(path, g)
+    return g
 
 
 def plan_for(cfg: TrainConfig, graph, parts: int, chunks: int):

@@ -119,7 +119,7 @@ TRAIN_DATA_CASES = [
     (["--dataset", "{W}/foreign"], "meta.json"), (["--dataset", "{W}/ds_notrain"], "train set is empty"),
     (["--dataset", "{W}/ds_noval"], "val set is empty"), (["--dataset", "{W}/ds_notest"], "test set is empty"),
     (["--dataset", "{W}/ds_metalist"], "JSON list"), (["--dataset", "{W}/ds_missing"], "labels.npy"),
-    (["--dataset", "{W}/ds_trunc"], "features.npy"), (["--dataset", "{W}/ds", "--plan", "{W}/nosuchplan"], "no such"),
+    (["--dataset", "{W}/ds_trunc"], "features.npy"), (["--dataset", "{W}/ds_tampered"], "content hash mismatch"), (["--dataset", "{W}/ds", "--plan", "{W}/nosuchplan"], "no such"),
     (["--dataset", "{W}/ds", "--plan", "{W}/plan_list"], "JSON list"),
     (["--dataset", "{W}/ds", "--plan", "{W}/file.txt"], "plan"), (["--dataset", "{W}/ds", "--plan", "{W}/foreign"], "META.json"),
     (["--dataset", "{W}/ds", "--mode", "graph", "--plan", "{W}/plan"], "2 parts"),
@@ -333,10 +333,16 @@ def world(tmp_path_factory):
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under ``root``: (kind, size, mtime_ns); symlinks are not followed."""
+    """Every path under ``root``: (kind, size, mtime_ns); symlinks are not followed.
+
+    The verified-hash cache a dataset folder may gain (``.verified.json``) is a cache, not
+    data, and is left out.
+    """
     snap = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for n in dirnames + filenames:
+            if n.startswith(".verified.json"):
+                continue
             p = Path(dirpath) / n
             st = p.lstat()
             snap[str(p.relative_to(root))] = (st.st_mode >> 12, st.st_size if not p.is_dir() else 0, st.st_mtime_ns if not p.is_dir() else 0)
