@@ -189,12 +189,21 @@ def read_commit(ckpt: str | Path) -> dict:
         commit = json.loads(path.read_text())
     except FileNotFoundError:
         raise GnnpipeError(f"{path}: missing; the checkpoint was never committed") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise GnnpipeError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(commit, dict):
+        raise GnnpipeError(f"{path}: holds a JSON {type(commit).__name__}, expected an object")
     if commit.get("format") != FORMAT or commit.get("format_version") != FORMAT_VERSION:
         raise GnnpipeError(f"{path}: format {commit.get('format')!r} version "
                            f"{commit.get('format_version')!r}, expected {FORMAT!r} version "
                            f"{FORMAT_VERSION}")
+    # A hand-edited or damaged commit must fail here, in one line, not as a KeyError later.
+    for key, typ in (("epoch", int), ("world_size", int), ("files", dict), ("identity", dict)):
+        if not isinstance(commit.get(key), typ) or isinstance(commit.get(key), bool):
+            raise GnnpipeError(f"{path}: field {key!r} is {commit.get(key, '<absent>')!r}, expected a JSON "
+                               f"{'integer' if typ is int else 'object'}")
+    if not isinstance(commit.get("config"), (dict, type(None))):
+        raise GnnpipeError(f"{path}: field 'config' is {commit['config']!r}, expected a JSON object")
     return commit
 
 

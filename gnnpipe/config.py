@@ -176,8 +176,8 @@ def check_field_types(cfg: "TrainConfig") -> None:
                 raise _bad(f.name, v, "a string")
             if "\0" in v:
                 raise _bad(f.name, v, "a string without NUL characters")
-            if optional and v == "":
-                raise _bad(f.name, v, "a non-empty string (leave it out for the default)")
+            if v == "":
+                raise _bad(f.name, v, "a non-empty string" + (" (leave it out for the default)" if optional else ""))
         choices = f.metadata.get("choices")
         if choices is not None and v not in choices:
             raise _bad(f.name, v, f"one of {', '.join(map(str, choices))}")
@@ -328,6 +328,10 @@ def load_toml(path: str | Path) -> dict:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise GnnpipeError(f"{path}: config file not found") from None
+    except UnicodeDecodeError:
+        raise GnnpipeError(f"{path}: not a text file (TOML must be UTF-8)") from None
+    except OSError as e:
+        raise GnnpipeError(f"{path}: cannot read the config file ({e.strerror})") from None
     except tomllib.TOMLDecodeError as e:
         raise GnnpipeError(f"{path}: not valid TOML ({e})") from None
     known = {f.name for f in fields(TrainConfig)}

@@ -94,6 +94,12 @@ def check_replaceable(path: str | os.PathLike, kind: str, force: bool) -> None:
     """
     path = Path(path)
     if not path.exists() and not path.is_symlink():
+        for anc in path.parents:  # fail now, not after a long load, when it cannot be made
+            if anc.exists():
+                if not anc.is_dir():
+                    raise GnnpipeError(f"{path}: cannot be created, {anc} is {describe(anc)}; "
+                                       "choose another output path")
+                break
         return
     what = OUTPUT_KINDS[kind][2]
     here = describe(path)

@@ -129,6 +129,11 @@ TRAIN_DATA_CASES = [
     (["--mode", "hybrid", "--ways", "2"], "ways"), (["--resume", "{W}/nosuchrun"], "no such directory"),
     (["--resume", "{W}/file.txt"], "no such directory"), (["--resume", "{W}/run_done"], "no committed checkpoint"),
     (["--resume", "{W}/foreign"], "no committed checkpoint"),
+    (["--resume", "{W}/run_commit_list"], "JSON list"), (["--resume", "{W}/run_commit_cfg"], "'config'"),
+    (["--resume", "{W}/run_commit_noid"], "'identity'"), (["--resume", "{W}/run_damaged"], "changed or damaged"),
+    (["--resume", "{W}/run_ckpt/checkpoints/epoch-7"], "no such directory"),
+    (["--dataset", ""], "'dataset'"), (["--config", "{W}/bin.toml"], "not a text file"),
+    (["--config", "{W}"], "not found"), (["--root", "{W}/file.txt", "--dataset", "foo"], "not found"),
 ]
 TRAIN_OUT_CASES = [
     (["--out", "{W}/file.txt"], "is a file"), (["--out", "{W}/file.txt/sub"], "is a file"),
@@ -145,7 +150,7 @@ DATA_CASES = [
     (["prepare", "cora", "--raw", "{W}/file.txt", "--root", "{W}/newroot"], "cora"),
     (["prepare", "cora", "--raw", "{W}/empty", "--root", "{W}/newroot"], "cora"),
     (["prepare", "--all", "--raw-root", "{W}/empty", "--root", "{W}/newroot"], "no raw dataset folder"),
-    (["prepare", "cora", "--seed", "x"], "--seed"), (["prepare", "cora", "--split", "x"], "--split"),
+    (["prepare", "cora", "--root", "{W}/file.txt"], "is a file"), (["prepare", "cora", "--seed", "x"], "--seed"), (["prepare", "cora", "--split", "x"], "--split"),
     (["info", "nosuch", "--root", "{W}"], "not found"), (["info", "{W}/file.txt"], "not found"),
     (["info", "{W}/foreign"], "meta.json"), (["info", "{W}/ds_metalist"], "JSON list"),
     (["info", "{W}/ds_badformat"], "format"), (["info", "{W}/ds_missing"], "labels.npy"),
@@ -170,7 +175,7 @@ DATA_CASES = [
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/foreign", "--force"], "will not replace"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/plan", "--force"], "will not replace"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/run_done", "--force"], "will not replace"),
-    (["synth", "sbm", "--nodes", "300", "--out", "{W}/file.txt/sub"], "directory"),
+    (["synth", "sbm", "--nodes", "300", "--out", "{W}/file.txt/sub"], "is a file"),
     (["synth", "sbm", "--nodes", "300", "--out", "/", "--force"], "system"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/ds"], "use --force"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/link_to_file", "--force"], "symbolic link"),
@@ -217,7 +222,8 @@ PLAN_CASES = [
     (["--world", "4", "--stats", "1000,10000,16,4", "--chunk-factors", "0"], "--chunk-factors"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--top", "-1"], "--top"),
     (["nosuch", "--world", "4", "--root", "{W}"], "not found"), (["{W}/file.txt", "--world", "4"], "file.txt"),
-    (["validate", "{W}/nosuch"], "nosuch"), (["validate", "{W}/file.txt"], "file.txt"), (["calibrate", "--bogus"], "unrecognized"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--profile", "{W}/bin.toml"], "not a text file"),
+    (["validate", "{W}/bin.toml"], "UTF-8"), (["validate", "{W}/nosuch"], "nosuch"), (["validate", "{W}/file.txt"], "file.txt"), (["calibrate", "--bogus"], "unrecognized"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--history-dtype", "x"], "--history-dtype"),
 ]
 
@@ -322,6 +328,16 @@ def _build_world(w: Path) -> None:
     with contextlib.redirect_stdout(open(os.devnull, "w")), contextlib.redirect_stderr(open(os.devnull, "w")):
         assert train_main([*TRAIN_OK, "--out", str(w / "run_done")]) == 0
         assert train_main([*TRAIN_OK, "--epochs", "2", "--checkpoint-every", "1", "--out", str(w / "run_ckpt")]) == 0
+    for name in ("run_commit_list", "run_commit_cfg", "run_commit_noid", "run_damaged"):
+        shutil.copytree(w / "run_ckpt", w / name)
+    commit = w / "run_ckpt" / "checkpoints" / "epoch-1" / "COMMIT.json"
+    c = json.loads(commit.read_text())
+    (w / "run_commit_list" / "checkpoints" / "epoch-1" / "COMMIT.json").write_text("[1]")
+    (w / "run_commit_cfg" / "checkpoints" / "epoch-1" / "COMMIT.json").write_text(json.dumps({**c, "config": [1]}))
+    (w / "run_commit_noid" / "checkpoints" / "epoch-1" / "COMMIT.json").write_text(
+        json.dumps({k: v for k, v in c.items() if k != "identity"}))
+    (w / "run_damaged" / "checkpoints" / "epoch-1" / "rank0.pt").write_bytes(b"garbage")
+    (w / "bin.toml").write_bytes(bytes(range(128, 256)) * 3)
     (w / "cwd").mkdir()
 
 

@@ -43,6 +43,13 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
             raise
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as e:
+        # A binary file where text was expected, read deep in a loader: still one line.
+        if debug:
+            raise
+        print(f"{prog}: error: an input file is not UTF-8 text ({e.reason} at byte {e.start}); "
+              "--debug shows which", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         if debug:
             raise

@@ -164,7 +164,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
     spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
                      history_bytes=2 if args.history_dtype == "bfloat16" else 4)
-    profile = load_profile(args.profile)
+    try:
+        profile = load_profile(args.profile)
+    except UnicodeDecodeError:  # a binary file given as --profile
+        raise GnnpipeError(f"--profile {args.profile}: not a text file (TOML must be UTF-8)") from None
     stats, dataset = _stats(args, spec, factors)
     t0 = time.perf_counter()
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
@@ -728,7 +731,10 @@ def validate_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path")
     ap.add_argument("--json", action="store_true", help="rows and planner hits as JSON")
     args = ap.parse_args(argv)
-    rows, hits, md = repredict(args.results, args.profile)
+    try:
+        rows, hits, md = repredict(args.results, args.profile)
+    except UnicodeDecodeError:
+        raise GnnpipeError(f"{args.results} or --profile {args.profile}: not a UTF-8 text file") from None
     if args.json:
         print(json.dumps({"rows": rows, "planner": hits}, indent=1, default=str))
     else:
