@@ -179,12 +179,21 @@ def read_commit(ckpt: str | Path) -> dict:
         commit = json.loads(path.read_text())
     except FileNotFoundError:
         raise GnnpipeError(f"{path}: missing; the checkpoint was never committed") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise GnnpipeError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(commit, dict):
+        raise GnnpipeError(f"{path}: holds a JSON {type(commit).__name__}, expected an object")
     if commit.get("format") != FORMAT or commit.get("format_version") != FORMAT_VERSION:
         raise GnnpipeError(f"{path}: format {commit.get('format')!r} version "
                            f"{commit.get('format_version')!r}, expected {FORMAT!r} version "
                            f"{FORMAT_VERSION}")
+    # A hand-edited or damaged commit must fail here, in one line, not as a KeyError later.
+    for key, typ in (("epoch", int), ("world_size", int), ("files", dict), ("identity", dict)):
+        if not isinstance(commit.get(key), typ) or isinstance(commit.get(key), bool):
+            raise GnnpipeError(f"{path}: field {key!r} is {commit.get(key, '<absent>')!r}, expected a JSON "
+                               f"{'integer' if typ is int else 'object'}")
+    if not isinstance(commit.get("config"), (dict, type(None))):
+        raise GnnpipeError(f"{path}: field 'config' is {commit['config']!r}, expected a JSON object")
     return commit
 
 
@@ -241,17 +250,23 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
     d = checkpoint_dir(out, epoch)
     rank, world = comm.rank, comm.world_size
     t0 = time.perf_counter()
+    pre_err: OSError | None = None
     if rank == 0:
-        d.mkdir(parents=True, exist_ok=True)
-        stale = d / COMMIT_FILE
-        if stale.exists():  # from an abandoned run that got further; must not bless our files
-            stale.unlink()
-            _fsync_dir(d)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            stale = d / COMMIT_FILE
+            if stale.exists():  # from an abandoned run that got further; must not bless our files
+                stale.unlink()
+                _fsync_dir(d)
+        except OSError as e:  # reported after the barrier, through the same agreement
+            pre_err = e
     comm.barrier(category="control")
     # One row per rank: ok flag, file size, sha256 bytes; summed, so rank 0 learns them all.
     info = torch.zeros(world, 34, dtype=torch.int64)
     err: Exception | None = None
     try:
+        if pre_err is not None:
+            raise pre_err
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"rank{rank}.pt"
         tmp = d / f"rank{rank}.pt.tmp"
@@ -265,37 +280,101 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
         info[rank, 0] = 1
         info[rank, 1] = path.stat().st_size
         info[rank, 2:] = torch.tensor(list(digest), dtype=torch.int64)
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - torch.save raises RuntimeError on a full disk, not OSError
+        # Whatever the write raised, this rank must still join the all-reduce below, or the
+        # others would wait out the timeout.
         err = e
+        for junk in (d / f"rank{rank}.pt.tmp", d / f"rank{rank}.pt"):
+            try:
+                junk.unlink(missing_ok=True)
+            except OSError:
+                pass
     if world > 1:
         comm.all_reduce(info, op="sum", category="control")
     failed = [k for k in range(world) if int(info[k, 0]) != 1]
     if failed:
+        if rank == 0:
+            shutil.rmtree(d, ignore_errors=True)  # uncommitted: its rank files are useless now
         msg = f"checkpoint {d}: rank(s) {', '.join(map(str, failed))} could not write their file"
         if err is not None:
-            msg += f" (rank {rank}: {err})"
-        raise GnnpipeError(msg + "; the previous checkpoint is intact")
+            msg += f" (rank {rank}: {_one_line(err, d)})"
+        raise GnnpipeError(msg + "; earlier checkpoints are intact")
+    commit_err = _commit(comm, d, out, epoch, info, identity, config, keep) if rank == 0 else None
+    if world > 1:
+        # Rank 0 alone writes COMMIT.json; every rank learns whether that worked.
+        ok = torch.tensor([0 if commit_err else 1], dtype=torch.int64)
+        comm.all_reduce(ok, op="min", category="control")
+        if int(ok) == 0 and commit_err is None:
+            commit_err = "rank 0 could not write COMMIT.json"
+    if commit_err:
+        raise GnnpipeError(f"checkpoint {d}: {commit_err}; earlier checkpoints are intact")
     if rank == 0:
-        commit = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "epoch": int(epoch),
-            "world_size": world,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "files": {
-                f"rank{k}.pt": {"bytes": int(info[k, 1]),
-                                "sha256": bytes(int(b) for b in info[k, 2:]).hex()}
-                for k in range(world)
-            },
-            "identity": identity,
-            "config": config,
-        }
-        _atomic_write(d / COMMIT_FILE, json.dumps(commit, indent=2, sort_keys=True, default=_jsonable) + "\n")
-        _atomic_write(checkpoint_root(out) / LATEST_FILE, d.name + "\n")
-        _prune(out, int(epoch), keep)
         log.info("checkpoint %s committed (%.2f s, %d bytes on rank 0)", d,
                  time.perf_counter() - t0, int(info[0, 1]))
     return d
+
+
+def _one_line(e: BaseException, d: Path | None = None) -> str:
+    """An exception as one short line (torch's messages can span several).
+
+    torch.save reports a full disk as a ``RuntimeError`` about stream positions; when the
+    file system under ``d`` has no space left, the line says so first.
+    """
+    if isinstance(e, OSError) and e.strerror:
+        where = f" ({e.filename})" if e.filename else ""
+        return f"{e.strerror}{where}"
+    first = (str(e).strip().splitlines() or [""])[0]
+    text = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    try:
+        full = d is not None and os.statvfs(next(p for p in [d, *d.parents] if p.exists())).f_bavail == 0
+    except (OSError, StopIteration):
+        full = False
+    return f"no space left on device ({text})" if full else text
+
+
+def _commit(comm, d: Path, out, epoch: int, info: torch.Tensor, identity: dict, config: dict | None,
+            keep: int) -> str | None:
+    """Rank 0's commit step; returns why it failed (the directory is then removed), or None."""
+    world = comm.world_size
+    try:
+        _write_commit(d, out, epoch, world, info, identity, config, keep)
+    except Exception as e:  # noqa: BLE001 - a full disk; the caller makes every rank agree
+        for tmp in (d / (COMMIT_FILE + ".tmp"), checkpoint_root(out) / (LATEST_FILE + ".tmp")):
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        # COMMIT.json first, so a half-removed directory is never taken for a checkpoint;
+        # `latest` still names the previous one (it is written after COMMIT.json).
+        try:
+            (d / COMMIT_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass
+        shutil.rmtree(d, ignore_errors=True)
+        return f"rank 0 could not commit it ({_one_line(e, d)})"
+    return None
+
+
+def _write_commit(d: Path, out, epoch: int, world: int, info: torch.Tensor, identity: dict,
+                  config: dict | None, keep: int) -> None:
+    """Rank 0: ``COMMIT.json``, then ``latest``, then pruning (see the module docstring)."""
+    commit = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "epoch": int(epoch),
+        "world_size": world,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "files": {
+            f"rank{k}.pt": {"bytes": int(info[k, 1]),
+                            "sha256": bytes(int(b) for b in info[k, 2:]).hex()}
+            for k in range(world)
+        },
+        "identity": identity,
+        "config": config,
+    }
+    _atomic_write(d / COMMIT_FILE, json.dumps(commit, indent=2, sort_keys=True, default=_jsonable) + "\n")
+    _atomic_write(checkpoint_root(out) / LATEST_FILE, d.name + "\n")
+    _prune(out, int(epoch), keep)
 
 
 def _prune(out: str | Path, epoch: int, keep: int) -> None:

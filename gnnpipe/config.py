@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import os
 import sys
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -93,9 +95,16 @@ class TrainConfig:
     progress: bool = _f(True, "progress bar on rank 0")
     lean_memory: bool = _f(False, "return freed tensors to the OS at once (glibc mmap threshold 1 MiB): "
                            "about half the peak RSS on CPU, epochs about 2.5x slower")
+    verify_data: bool = _f(True, "recompute a prepared dataset's content hash and refuse it if its arrays changed "
+                           "(cached by file size and mtime in <dataset>/.verified.json; --no-verify-data skips it)")
+    overwrite: bool = _f(False, "start afresh in an --out that holds an earlier run: deletes its config.json, "
+                         "metrics.jsonl, summary.json and checkpoints/ (nothing else); without it such an --out is refused")
 
     def __post_init__(self) -> None:
+        check_field_types(self)
+        check_ranges(self)  # before validate: it divides by heads
         self.validate()
+        check_sizes(self)
 
     def validate(self) -> None:
         def bad(name: str, value: Any, expected: str) -> None:
@@ -131,8 +140,142 @@ class TrainConfig:
 MATH_FIELDS = tuple(f.name for f in fields(TrainConfig) if f.metadata.get("math"))
 
 
+# ------------------------------------------------------------------ validation at the edge
+# Kept apart from TrainConfig.validate so that adding fields or metadata does not touch it:
+# the checks are driven by each field's declared type, not by a list of names.
+
+#: Largest value an int field may hold: torch and numpy store them as int64.
+INT_MAX = 2**63 - 1
+
+
+def _bad(name: str, value: Any, expected: str) -> GnnpipeError:
+    return GnnpipeError(f"config field {name!r} = {value!r}: expected {expected}")
+
+
+def check_field_types(cfg: "TrainConfig") -> None:
+    """Every field holds a value of its declared type, whether from a flag, TOML or Python.
+
+    ``bool`` fields take only booleans (TOML ``"false"`` is a string, and a true one); ``int``
+    fields only integers (not ``3.7``, not ``true``) within int64; ``float`` fields finite
+    numbers (ints are converted); ``str`` fields strings (a path given as a number is refused;
+    ``os.PathLike`` is converted); ``choices`` from the field's metadata are enforced here too,
+    since TOML values do not pass through argparse.
+
+    Raises:
+        GnnpipeError: naming the field, the value and what was expected.
+    """
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        typ = str(f.type).replace(" ", "")
+        optional = typ.endswith("|None")
+        base = typ[: -len("|None")] if optional else typ
+        if v is None:
+            if not optional:
+                raise _bad(f.name, v, f"a value of type {base}")
+            continue
+        if base == "bool":
+            if not isinstance(v, bool):
+                raise _bad(f.name, v, "a boolean (TOML true/false, not a string or a number)")
+        elif base == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise _bad(f.name, v, "an integer")
+            if not -INT_MAX - 1 <= v <= INT_MAX:
+                raise _bad(f.name, v, "an integer within int64 (|value| < 2**63)")
+        elif base == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _bad(f.name, v, "a number")
+            if not math.isfinite(v):
+                raise _bad(f.name, v, "a finite number")
+            setattr(cfg, f.name, float(v))
+        elif base == "str":
+            if isinstance(v, os.PathLike):
+                v = os.fspath(v)
+                setattr(cfg, f.name, v)
+            if not isinstance(v, str):
+                raise _bad(f.name, v, "a string")
+            if "\0" in v:
+                raise _bad(f.name, v, "a string without NUL characters")
+            if v == "":
+                raise _bad(f.name, v, "a non-empty string" + (" (leave it out for the default)" if optional else ""))
+        choices = f.metadata.get("choices")
+        if choices is not None and v not in choices:
+            raise _bad(f.name, v, f"one of {', '.join(map(str, choices))}")
+
+
+def check_ranges(cfg: "TrainConfig") -> None:
+    """Bounds :meth:`TrainConfig.validate` does not cover (``seed``, ``heads``, the synthetic
+    graph's knobs, Adam's weight decay)."""
+    if not 0 <= cfg.seed <= INT_MAX:
+        raise _bad("seed", cfg.seed, "an integer in 0..2**63-1")
+    if cfg.timeout > 365 * 86400:  # larger values overflow the communicators' timedelta
+        raise _bad("timeout", cfg.timeout, "at most a year of seconds (31536000)")
+    if cfg.threads > 4096:
+        raise _bad("threads", cfg.threads, "at most 4096 intra-op threads")
+    if cfg.heads < 1:
+        raise _bad("heads", cfg.heads, "an integer >= 1")
+    if cfg.weight_decay < 0:
+        raise _bad("weight_decay", cfg.weight_decay, "a number >= 0")
+    if cfg.synth_degree <= 0:
+        raise _bad("synth_degree", cfg.synth_degree, "a positive average degree")
+    if not 0.0 <= cfg.synth_homophily <= 1.0:
+        raise _bad("synth_homophily", cfg.synth_homophily, "a fraction in [0, 1]")
+    if cfg.alpha < 0 or cfg.alpha > 1:
+        raise _bad("alpha", cfg.alpha, "a weight in [0, 1]")
+    if cfg.lam < 0:
+        raise _bad("lam", cfg.lam, "a number >= 0")
+
+
+def machine_bytes() -> int:
+    """Physical memory of this host (0 when the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def estimate_bytes(cfg: "TrainConfig", num_nodes: int | None = None, num_features: int | None = None,
+                   world: int | None = None) -> dict[str, int]:
+    """A lower bound of one rank's memory, by part, before anything is allocated.
+
+    Deliberately low (so no run that fits is refused): the weights with their gradients and
+    Adam's two moments, for the built-in synthetic graph its CSR and features (every rank
+    builds the whole graph), and with a known ``world`` one float32 [N/world, d] activation
+    per layer.
+    """
+    d, L = cfg.hidden, cfg.layers
+    f = num_features if num_features is not None else cfg.synth_features
+    est = {"weights": 4 * 4 * (f * d + L * d * d)}  # param, grad, Adam m and v
+    n = num_nodes
+    if cfg.dataset in ("sbm", "rmat"):
+        n = cfg.synth_nodes
+        edges = int(n * cfg.synth_degree)
+        est["graph"] = 8 * (n + 1) + 8 * edges + 4 * n * cfg.synth_features
+    if n is not None and world:
+        est["activations"] = 4 * L * d * -(-n // max(world, 1))
+    return est
+
+
+def check_sizes(cfg: "TrainConfig", num_nodes: int | None = None, num_features: int | None = None,
+                world: int | None = None) -> None:
+    """Refuse sizes one rank could never allocate, with the estimate (see :func:`estimate_bytes`)."""
+    have = machine_bytes()
+    if not have:
+        return
+    est = estimate_bytes(cfg, num_nodes, num_features, world)
+    need = sum(est.values())
+    if need > have:
+        parts = ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in est.items())
+        raise GnnpipeError(
+            f"config: one rank needs at least {need / 2**30:.1f} GiB ({parts}) but this machine has "
+            f"{have / 2**30:.1f} GiB (hidden={cfg.hidden}, layers={cfg.layers}"
+            + (f", synth_nodes={cfg.synth_nodes}, synth_features={cfg.synth_features}" if cfg.dataset in ("sbm", "rmat") else "")
+            + "); use smaller sizes or more ranks")
+
+
 def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from gnnpipe.cli import ArgumentParser  # usage errors in one line
+
+    p = ArgumentParser(
         prog=prog,
         description="Full-graph training of deep GNNs: graph parallelism, GNNPipe pipeline, hybrid. "
         "Run with mpirun -np N, torchrun --nproc-per-node N, srun, or as one process.",
@@ -204,6 +347,10 @@ def load_toml(path: str | Path) -> dict:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise GnnpipeError(f"{path}: config file not found") from None
+    except UnicodeDecodeError:
+        raise GnnpipeError(f"{path}: not a text file (TOML must be UTF-8)") from None
+    except OSError as e:
+        raise GnnpipeError(f"{path}: cannot read the config file ({e.strerror})") from None
     except tomllib.TOMLDecodeError as e:
         raise GnnpipeError(f"{path}: not valid TOML ({e})") from None
     known = {f.name for f in fields(TrainConfig)}

@@ -154,7 +154,10 @@ def agree_on_setup(comm, err: GnnpipeError | None) -> None:
 
 def load_graph_for(cfg: TrainConfig):
     """The dataset a config names, with ``--normalize-features`` applied."""
+    from gnnpipe.rundir import check_splits
+
     g = _load_graph(cfg)
+    check_splits(g, cfg.dataset)
     if cfg.normalize_features:
         g = row_normalized(g)
     return g
@@ -207,7 +210,13 @@ def _load_graph(cfg: TrainConfig):
         )
     from gnnpipe.data.catalog import resolve_dataset
 
-    return Graph.load(resolve_dataset(cfg.dataset, cfg.root), mmap=True)
+    path = resolve_dataset(cfg.dataset, cfg.root)
+    g = Graph.load(path, mmap=True)
+    if cfg.verify_data:  # edited arrays would otherwise pass the plan and checkpoint checks
+        from gnnpipe.data.verify import verify_dataset
+
+        verify_dataset(path, g)
+    return g
 
 
 def plan_for(cfg: TrainConfig, graph, dims: ParallelDims):
@@ -352,7 +361,9 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
         _atomic_json(out / "config.json", resolved)
         # A resumed run rewrites the file from the checkpoint's history: lines a killed run
         # wrote after its last checkpoint disappear, so the file equals an uninterrupted run's.
-        mfile = open(out / "metrics.jsonl", "w")
+        from gnnpipe.rundir import MetricsFile
+
+        mfile = MetricsFile(out / "metrics.jsonl")  # whole lines only, even on a full disk
         for rec in history:
             mfile.write(json.dumps(rec) + "\n")
         mfile.flush()
@@ -447,9 +458,9 @@ def _bytes_delta(before: dict, after: dict) -> dict:
 
 
 def _atomic_json(path: Path, obj: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    from gnnpipe.rundir import write_json_atomic
+
+    write_json_atomic(path, obj)  # a full disk is one line, and no .tmp is left
 
 
 def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfig, Path]:
@@ -471,7 +482,8 @@ def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfi
     where = find_checkpoint(cfg.resume)
     saved = read_commit(where).get("config") or {}
     known = {f.name for f in fields(TrainConfig)}
-    values = {k: v for k, v in saved.items() if k in known and k not in ("resume", "out")}
+    # --overwrite is never inherited: it deletes, so it must be asked for each time.
+    values = {k: v for k, v in saved.items() if k in known and k not in ("resume", "out", "overwrite")}
     ns = build_parser().parse_args(list(argv))
     if ns.config:
         values.update(load_toml(ns.config))
@@ -499,6 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rank0 and not debug:
         logging.getLogger().setLevel(logging.WARNING)
     comm = None
+    run_lock = None
     ok = False
     try:
         if rank0:
@@ -520,7 +533,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
         comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
-        out = Path(cfg.out) if cfg.out else resume_run if resume_run else Path("runs") / f"{cfg.mode}-{cfg.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+        from gnnpipe.rundir import open_run_dir
+
+        # Rank 0 names, checks and locks the run directory; every rank gets its name.
+        out, run_lock = open_run_dir(comm, cfg, resume_run)
         if rank0:
             log.info("world %d (%s, %s communicator), mode %s, model %s-%d d=%d, dataset %s -> %s",
                      comm.world_size, launch.launcher, kind, cfg.mode, cfg.model, cfg.layers,
@@ -547,6 +563,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gnnpipe-train [rank {launch.rank}]: interrupted", file=sys.stderr)
         return 130
     finally:
+        if run_lock is not None:
+            run_lock.release()
         # Close only after success: tearing down a process group whose peer died (or that
         # Ctrl-C interrupted mid-operation) can abort the process (exit -6) instead of
         # leaving with our error code; after a failure the rank exits without teardown.

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gnnpipe import GnnpipeError
+from gnnpipe.cli import ArgumentParser
 
 SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster")
 
@@ -33,18 +34,18 @@ def _ints(s: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gnnpipe-bench", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="gnnpipe-bench", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("sub", choices=SUBS, help="which benchmark")
     ap.add_argument("--out", type=Path, default=Path("results"), help="results root (default results/)")
     ap.add_argument("--quick", action="store_true", help="tiny version, about a minute (tests)")
     ap.add_argument("--only", nargs="*", default=None, help="names to run (datasets, configurations); default all")
     ap.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    ap.add_argument("--measure", type=_ints, default=None, help="comm: depths to measure, e.g. 8,16 (default 8,16)")
+    ap.add_argument("--measure", type=_int_list, default=None, help="comm: depths to measure, e.g. 8,16 (default 8,16)")
     ap.add_argument("--runs", type=int, default=None, help="epoch: repeated runs per configuration (default 3)")
     ap.add_argument("--epochs", type=int, default=None, help="epoch: epochs per run (default 5, first skipped); accuracy: override")
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="accuracy: seeds (default 0)")
-    ap.add_argument("--sizes", type=_ints, default=None, help="scale: node counts, e.g. 62500,250000,1000000")
+    ap.add_argument("--sizes", type=_int_list, default=None, help="scale: node counts, e.g. 62500,250000,1000000")
     ap.add_argument("--method", choices=("metis", "random"), default="metis", help="scale: partitioner (default metis)")
     ap.add_argument("--random-above", type=int, default=None,
                     help="scale: partition graphs with more nodes than this randomly (default: never)")
@@ -52,6 +53,58 @@ def build_parser() -> argparse.ArgumentParser:
                     help="scale: pipeline/hybrid history buffers (default float32; such rows are labelled +bf16)")
     ap.add_argument("--debug", action="store_true", help="tracebacks")
     return ap
+
+
+def _known_names(sub: str) -> list[str] | None:
+    """The names ``--only`` may give for ``sub`` (None: the benchmark checks them itself)."""
+    if sub == "comm":
+        from gnnpipe.bench import comm
+
+        return list(comm.DATASETS)
+    if sub in ("epoch", "memory"):
+        import importlib
+
+        return list(importlib.import_module(f"gnnpipe.bench.{sub}").CASES)
+    if sub == "overhead":
+        return [f"{ds}-{m}" for ds in ("squirrel", "physics") for m in ("gcn", "gcnii")]
+    return None
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse bad arguments before a benchmark runs (and before it writes over earlier results).
+
+    Raises:
+        GnnpipeError: an ``--out`` that is a file or lies under one, a count below 1, or an
+            ``--only`` name the benchmark does not have (which used to run nothing and write
+            empty results over the old ones).
+    """
+    out = Path(args.out)
+    for anc in [out, *out.parents]:
+        if anc.exists():
+            if not anc.is_dir():
+                raise GnnpipeError(f"--out {out}: {anc} is a file, not a folder for results")
+            break
+    for flag, v in (("--runs", args.runs), ("--epochs", args.epochs), ("--random-above", args.random_above)):
+        if v is not None and v < 1:
+            raise GnnpipeError(f"{flag}: expected an integer >= 1, got {v}")
+    for flag, vs in (("--measure", args.measure), ("--sizes", args.sizes), ("--seeds", args.seeds)):
+        if vs is not None and (not vs or min(vs) < (0 if flag == "--seeds" else 1)):
+            raise GnnpipeError(f"{flag}: expected {'integers >= 0' if flag == '--seeds' else 'positive integers'}, got {vs}")
+    if args.only is not None and not args.quick:
+        if not args.only:
+            raise GnnpipeError("--only: give at least one name (or leave --only out to run all)")
+        known = _known_names(args.sub)
+        unknown = [n for n in args.only if known is not None and n not in known]
+        if unknown:
+            raise GnnpipeError(f"{args.sub} --only: unknown name(s) {', '.join(unknown)} (known: {', '.join(known)})")
+
+
+def _int_list(s: str) -> list[int]:
+    """``_ints`` for argparse: a bad list is a usage error, not a traceback."""
+    try:
+        return _ints(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        check_args(args)
         md = _dispatch(args)
     except GnnpipeError as e:
         if args.debug:

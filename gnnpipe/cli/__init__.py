@@ -7,12 +7,24 @@ exit with status 2; ``--debug`` (or ``GNNPIPE_DEBUG=1``) keeps the traceback. Ct
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from typing import Callable, Sequence
 
 from gnnpipe import GnnpipeError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line: ``PROG: error: MESSAGE (see PROG --help)``.
+
+    argparse's default prints the whole usage synopsis first, which for a CLI with many
+    options buries the line that says what was wrong. Subparsers inherit the class.
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None, prog: str = "gnnpipe") -> int:
@@ -30,6 +42,13 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
         if debug:
             raise
         print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as e:
+        # A binary file where text was expected, read deep in a loader: still one line.
+        if debug:
+            raise
+        print(f"{prog}: error: an input file is not UTF-8 text ({e.reason} at byte {e.start}); "
+              "--debug shows which", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if debug:

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from gnnpipe import GnnpipeError
-from gnnpipe.cli import run_cli
+from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.data import catalog
 from gnnpipe.data.graph import META_FILE, Graph, load_graph
 from gnnpipe.data.stats import graph_info
+from gnnpipe.fsutil import check_replaceable, safe_name
+from gnnpipe.rundir import check_splits
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -91,8 +94,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         if not todo:
             raise GnnpipeError(f"prepare --all: no raw dataset folder of any card under {raw_root}")
         for name in todo:
-            if (root / name).exists() and not args.force:
-                print(f"{name}: skipped, {root / name} exists (use --force to replace it)")
+            try:
+                check_replaceable(root / name, "dataset", args.force)
+            except GnnpipeError as e:  # says whether --force would replace it
+                print(f"{name}: skipped, {e}")
                 continue
             try:
                 _prepare_one(name, raw_root / name, args)
@@ -136,31 +141,62 @@ def cmd_synth(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise GnnpipeError(f"synthetic generators unavailable: {e}") from None
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise GnnpipeError(f"{out}: output directory exists (use --force to replace it)")
+    check_replaceable(out, "dataset", args.force)  # before generating: a refusal costs nothing
+    if args.name is not None:
+        safe_name(args.name, "--name")
     # Only the flags given are passed: the generators own their defaults.
     names = {"nodes": "num_nodes", "edges": "num_edges", "classes": "num_classes", "avg_degree": "avg_degree",
              "homophily": "homophily", "features": "num_features", "signal": "feature_signal", "seed": "seed",
              "train_frac": "train_frac", "val_frac": "val_frac", "a": "a", "b": "b", "c": "c", "name": "name"}
     kwargs = {kw: getattr(args, flag) for flag, kw in names.items() if getattr(args, flag, None) is not None}
     gen = synthetic.sbm if args.kind == "sbm" else synthetic.rmat
+    for flag, kw in names.items():
+        v = kwargs.get(kw)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise GnnpipeError(f"--{flag.replace('_', '-')}: expected a finite number, got {v}")
+    _check_synth_size(args.kind, kwargs)
     try:
         g = gen(**kwargs)
     except ValueError as e:  # the generators validate their parameters with ValueError
         if isinstance(e, GnnpipeError):
             raise
         raise GnnpipeError(f"synth {args.kind}: {e}") from None
+    check_splits(g, g.name)  # e.g. --train-frac 0: a dataset no run could train on
     g.save(out, force=args.force, extra_meta={"generator": args.kind})
     print(f"{args.kind}: wrote {out} ({g.num_nodes:,} nodes, {g.num_edges:,} directed edges, "
           f"hash {g.content_hash[:12]})")
     return 0
 
 
+def _check_synth_size(kind: str, kw: dict) -> None:
+    """Refuse a graph this machine cannot hold, with the estimate, before generating it.
+
+    A lower bound: float32 features, the int64 CSR (both directions) and the int64 edge keys
+    sorted while symmetrising; the generators need more than this at their peak.
+    """
+    from gnnpipe.config import machine_bytes
+
+    n = kw.get("num_nodes", 0)
+    f = kw.get("num_features", 64)
+    deg = kw.get("avg_degree", 10.0)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in (n, f, deg)):
+        return  # the generator names the bad value
+    e = kw.get("num_edges", 0) if kind == "rmat" else int(n * deg / 2)
+    if not isinstance(e, int) or e < 0:
+        return
+    need = 4 * n * f + 8 * (n + 1) + 2 * 8 * 2 * e + 2 * 8 * 2 * e
+    have = machine_bytes()
+    if have and need > have:
+        raise GnnpipeError(f"synth {kind}: {n:.4g} nodes, {e:.4g} edges and {f} features need at least "
+                           f"{need / 2**30:.4g} GiB but this machine has {have / 2**30:.1f} GiB; "
+                           "choose smaller --nodes/--edges/--features")
+
+
 # ---------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show the full traceback on error")
-    p = argparse.ArgumentParser(prog="gnnpipe-data", description="List, prepare, inspect and synthesize graph datasets.",
+    p = ArgumentParser(prog="gnnpipe-data", description="List, prepare, inspect and synthesize graph datasets.",
                                 parents=[common])
     sub = p.add_subparsers(dest="cmd", required=True)
 

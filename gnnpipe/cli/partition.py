@@ -47,8 +47,9 @@ from pathlib import Path
 from typing import Sequence
 
 from gnnpipe import GnnpipeError
-from gnnpipe.cli import run_cli
+from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.data.graph import Graph
+from gnnpipe.fsutil import check_replaceable, is_our_output, safe_name
 from gnnpipe.partition.plan import (
     METHODS,
     METIS_MODES,
@@ -73,7 +74,7 @@ def default_partition_root() -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description="Partition a prepared graph into parts × chunks.")
+    ap = ArgumentParser(prog=PROG, description="Partition a prepared graph into parts × chunks.")
     ap.add_argument("dataset", help="prepared graph directory or dataset name under the data root")
     ap.add_argument("--parts", "-p", type=int, required=True, help="P: graph-parallel parts / hybrid ways")
     ap.add_argument("--chunks", "-c", type=int, default=1, help="C: pipeline chunks per part (default 1)")
@@ -185,16 +186,18 @@ def _main(argv: Sequence[str] | None = None) -> int:
     for flag, v in (("--parts", args.parts), ("--chunks", args.chunks)):
         if v > graph.num_nodes:
             raise GnnpipeError(f"{flag}: {v} exceeds the {graph.num_nodes} nodes of {gdir}")
-    name = graph.name or gdir.name
+    # The name comes from meta.json, which anyone can edit: it must not steer the default
+    # output path out of the partition root ("../../x").
+    name = safe_name(graph.name or gdir.name, f"{gdir / 'meta.json'}: field 'name'")
     out = args.out or default_partition_root() / f"{name}-{args.method}-p{args.parts}-c{args.chunks}"
     weights = None if args.weights == "none" else args.weights
     params = plan_params(args.parts, args.chunks, args.method, args.objective, args.seed, weights,
                          args.metis_mode, args.metis_budget)
 
     if not args.dry_run:
-        if out.exists() and not args.force:
-            if not (out / "META.json").is_file():
-                raise GnnpipeError(f"{out}: exists and is not a partition plan (use --force to replace it)")
+        if (out.exists() or out.is_symlink()) and not is_our_output(out, "plan"):
+            check_replaceable(out, "plan", args.force)  # refuses anything --force may not replace
+        elif out.exists() and not args.force:
             old = read_plan_meta(out)
             old_params = {k: v for k, v in old.get("params", {}).items() if k not in _RESULT_PARAMS}
             same_params = old_params == params
@@ -202,7 +205,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
             if same_params and same_data:
                 _progress(f"reusing existing plan {out} (same parameters and dataset hash)")
                 plan = PartitionPlan.load(out)
-                _print(plan.stats or {}, old, args.json)
+                if not plan.stats:
+                    raise GnnpipeError(f"{out / 'stats.json'}: missing or empty, so the plan is incomplete; "
+                                       "use --force to rebuild it")
+                _print(plan.stats, old, args.json)
                 return 0
             diff = [f"{k}: {old.get('params', {}).get(k)!r} → {v!r}" for k, v in params.items()
                     if old.get("params", {}).get(k) != v]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gnnpipe import GnnpipeError
-from gnnpipe.cli import run_cli
+from gnnpipe.cli import ArgumentParser, run_cli
 
 PROG = "gnnpipe-plan"
 
@@ -45,7 +45,7 @@ PUBLISHED = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description="Rank graph / pipeline / hybrid configurations by predicted epoch time.")
+    ap = ArgumentParser(prog=PROG, description="Rank graph / pipeline / hybrid configurations by predicted epoch time.")
     ap.add_argument("dataset", nargs="?", help="prepared dataset name or directory, or one of: " + ", ".join(PUBLISHED))
     ap.add_argument("--stats", help="N,E,F[,CLASSES[,NNZ]] for a graph that is not here (E directed)")
     ap.add_argument("--world", type=int, required=True, help="number of ranks (devices)")
@@ -164,7 +164,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
     spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
                      history_bytes=2 if args.history_dtype == "bfloat16" else 4)
-    profile = load_profile(args.profile)
+    try:
+        profile = load_profile(args.profile)
+    except UnicodeDecodeError:  # a binary file given as --profile
+        raise GnnpipeError(f"--profile {args.profile}: not a text file (TOML must be UTF-8)") from None
     stats, dataset = _stats(args, spec, factors)
     t0 = time.perf_counter()
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
@@ -642,7 +645,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
 
     from gnnpipe.plan import HardwareProfile, profile_toml, profiles_dir
 
-    ap = argparse.ArgumentParser(prog=f"{PROG} calibrate", description="Measure this machine; write a hardware profile.")
+    ap = ArgumentParser(prog=f"{PROG} calibrate", description="Measure this machine; write a hardware profile.")
     ap.add_argument("--out", type=Path, default=None, help="profile file (default gnnpipe/profiles/cpu-this-machine.toml)")
     ap.add_argument("--quick", action="store_true", help="smaller, faster measurements")
     ap.add_argument("--no-p2p", action="store_true", help="skip the 2-process Gloo measurement")
@@ -722,13 +725,16 @@ def validate_main(argv: Sequence[str] | None = None) -> int:
     stored measurements, with the current model and a profile (nothing is run)."""
     from gnnpipe.bench.epoch import repredict
 
-    ap = argparse.ArgumentParser(prog=f"{PROG} validate",
+    ap = ArgumentParser(prog=f"{PROG} validate",
                                  description="Re-predict a stored `gnnpipe-bench epoch` result (results.json or its folder).")
     ap.add_argument("results", type=Path, help="results/<run>/epoch/results.json or its folder")
     ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path")
     ap.add_argument("--json", action="store_true", help="rows and planner hits as JSON")
     args = ap.parse_args(argv)
-    rows, hits, md = repredict(args.results, args.profile)
+    try:
+        rows, hits, md = repredict(args.results, args.profile)
+    except UnicodeDecodeError:
+        raise GnnpipeError(f"{args.results} or --profile {args.profile}: not a UTF-8 text file") from None
     if args.json:
         print(json.dumps({"rows": rows, "planner": hits}, indent=1, default=str))
     else:

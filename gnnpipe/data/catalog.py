@@ -41,6 +41,7 @@ from typing import Any
 
 import gnnpipe
 from gnnpipe import GnnpipeError
+from gnnpipe.fsutil import check_replaceable
 from gnnpipe.data.graph import META_FILE, Graph, read_meta
 from gnnpipe.data.loaders import FORMATS, loader_for
 
@@ -246,8 +247,7 @@ def prepare(name: str, raw_dir: str | Path | None = None, root: str | Path | Non
     card = get_card(name, catalog)
     raw_dir = Path(raw_dir) if raw_dir else default_raw_root() / name
     out = (Path(root) if root else default_data_root()) / name
-    if out.exists() and not force:  # fail before the (possibly long) load
-        raise GnnpipeError(f"{out}: output directory exists (use --force to replace it)")
+    check_replaceable(out, "dataset", force)  # fail before the (possibly long) load
     graph = load_from_card(card, raw_dir, split=split, seed=seed, progress=progress)
     for k, exp, act, ok in check_counts(card, graph):
         if not ok:

@@ -354,6 +354,8 @@ def read_meta(path: str | os.PathLike) -> dict:
         meta = json.loads(mf.read_text())
     except (OSError, ValueError) as e:
         raise GnnpipeError(f"{mf}: unreadable ({e})") from None
+    if not isinstance(meta, dict):
+        raise GnnpipeError(f"{mf}: holds a JSON {type(meta).__name__}, expected an object")
     if meta.get("format") != "gnnpipe-graph":
         raise GnnpipeError(f"{mf}: field 'format' is {meta.get('format')!r}, expected 'gnnpipe-graph'")
     if meta.get("format_version") != FORMAT_VERSION:

@@ -383,7 +383,7 @@ class PartitionPlan:
         Refuses an existing ``path`` unless ``force``. The bytes depend only on the plan.
         """
         path = Path(path)
-        with atomic_directory(path, force) as tmp:
+        with atomic_directory(path, force, kind="plan") as tmp:
             _write_npz(tmp / ASSIGNMENT_FILE, {k: getattr(self, k) for k in _ASSIGNMENT_KEYS})
             _write_json(tmp / STATS_FILE, self.stats or {})
             _write_json(tmp / META_FILE, self.meta())  # last: marks completeness
@@ -417,16 +417,22 @@ class PartitionPlan:
         for k in ("num_parts", "num_chunks", "params"):
             if k not in meta:
                 raise GnnpipeError(f"{path / META_FILE}: field {k!r} missing")
-        plan = cls(
-            num_parts=int(meta["num_parts"]),
-            num_chunks=int(meta["num_chunks"]),
-            dataset_hash=str(ds.get("content_hash", "")),
-            dataset_name=str(ds.get("name", "")),
-            params=meta["params"],
-            num_edges=int(ds.get("num_edges", 0)),
-            stats=stats,
-            **arrs,
-        )
+        if not isinstance(ds, dict) or not isinstance(stats, dict):
+            bad = "dataset" if not isinstance(ds, dict) else STATS_FILE
+            raise GnnpipeError(f"{path}: {bad} is not a JSON object")
+        try:
+            plan = cls(
+                num_parts=int(meta["num_parts"]),
+                num_chunks=int(meta["num_chunks"]),
+                dataset_hash=str(ds.get("content_hash", "")),
+                dataset_name=str(ds.get("name", "")),
+                params=meta["params"],
+                num_edges=int(ds.get("num_edges", 0)),
+                stats=stats,
+                **arrs,
+            )
+        except (TypeError, ValueError) as e:  # a hand-edited META.json: a count that is no number
+            raise GnnpipeError(f"{path / META_FILE}: malformed ({e})") from None
         plan.validate(where=str(af), num_nodes=ds.get("num_nodes"))
         return plan
 
@@ -495,6 +501,8 @@ def read_plan_meta(path: str | os.PathLike) -> dict:
         meta = json.loads(mf.read_text())
     except (OSError, ValueError) as e:
         raise GnnpipeError(f"{mf}: unreadable ({e})") from None
+    if not isinstance(meta, dict):
+        raise GnnpipeError(f"{mf}: holds a JSON {type(meta).__name__}, expected an object")
     if meta.get("format") != PLAN_FORMAT:
         raise GnnpipeError(f"{mf}: field 'format' is {meta.get('format')!r}, expected {PLAN_FORMAT!r}")
     if meta.get("format_version") != PLAN_FORMAT_VERSION:
