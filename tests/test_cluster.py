@@ -259,7 +259,7 @@ def _predicted(mode: str, world: int = 4) -> dict[str, int]:
     from gnnpipe.config import TrainConfig
     from gnnpipe.dims import ParallelDims
     from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
-    from gnnpipe.train import load_graph_for
+    from gnnpipe.data.load import load_graph_for
 
     g = load_graph_for(TrainConfig(dataset="sbm", synth_nodes=600, synth_features=8, synth_classes=4))
     topo = (ParallelDims("graph", ways=world) if mode == "graph"

@@ -48,7 +48,7 @@ _RAISING_MAIN = (
     "def _boom(*_):\n"
     "    raise RuntimeError('injected failure')\n"
     "signal.signal(signal.SIGUSR1, _boom)\n"
-    "from gnnpipe.train import main\n"
+    "from gnnpipe.cli.train import main\n"
     "sys.exit(main())\n"
 )
 

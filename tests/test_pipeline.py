@@ -31,7 +31,7 @@ from gnnpipe.parallel.reference import StaleReference  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.partition.volume import pipeline_bytes  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
-from gnnpipe.train import load_graph_for  # noqa: E402
+from gnnpipe.data.load import load_graph_for  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}
 MODELS = ["gcn", "sage", "gat", "gcnii", "resgcn+"]

@@ -31,7 +31,8 @@ from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
 from gnnpipe.parallel.stage import PipelineStage  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
-from gnnpipe.train import build_executor, load_graph_for  # noqa: E402
+from gnnpipe.data.load import load_graph_for  # noqa: E402
+from gnnpipe.train import build_executor  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}
 

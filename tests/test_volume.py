@@ -25,7 +25,7 @@ from gnnpipe.dims import ParallelDims  # noqa: E402
 from gnnpipe.plan import (ModelSpec, chunk_counts, graph_stats_from_graph, load_profile,  # noqa: E402
                           predict)
 from gnnpipe.testing import run_ranks  # noqa: E402
-from gnnpipe.train import load_graph_for  # noqa: E402
+from gnnpipe.data.load import load_graph_for  # noqa: E402
 
 
 def _random_csr(n, e, seed):

@@ -333,7 +333,7 @@ def save_fig(fig, path: Path) -> Path:
 def load_graph(dataset: str, **synth: Any):
     """The graph ``gnnpipe-train --dataset DATASET [--synth-*]`` trains on (same loader)."""
     from gnnpipe.config import TrainConfig
-    from gnnpipe.train import load_graph_for
+    from gnnpipe.data.load import load_graph_for
 
     return load_graph_for(TrainConfig(dataset=dataset, **synth))
 
