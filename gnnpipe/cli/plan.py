@@ -44,6 +44,32 @@ PUBLISHED = {
 }
 
 
+#: Default size of the synthetic sample that stands in for a graph that is not here. METIS
+#: runs once per plan on it (about 30 plans at 64 ranks) and its time grows with the edges:
+#: Reddit's degree (492) at 20,000 nodes is 9.8M edges and took 22 minutes at 64 ranks, at
+#: 2,000 nodes (1M edges) 6 s, with the same ranking. Denser graphs get fewer nodes.
+ESTIMATE_EDGE_BUDGET = 1_000_000
+ESTIMATE_MAX_NODES = 20000
+#: The sample keeps at least this many nodes, and 8 per rank (parts x chunks must fit in it).
+ESTIMATE_MIN_NODES = 1000
+#: Dataset names that ``gnnpipe-train`` generates (``--synth-*``) instead of loading.
+SYNTHETIC = ("sbm", "rmat")
+
+
+def auto_estimate_nodes(num_nodes: int, num_edges: int, world: int) -> int:
+    """Nodes of the synthetic sample for a graph of ``num_nodes`` / ``num_edges`` (directed)
+    planned at ``world`` ranks: at most :data:`ESTIMATE_EDGE_BUDGET` edges at the graph's
+    average degree, between ``max(ESTIMATE_MIN_NODES, 8·world)`` and :data:`ESTIMATE_MAX_NODES`
+    (never more than the graph).
+
+    Returns:
+        the sample's node count.
+    """
+    deg = max(num_edges / max(num_nodes, 1), 1.0)
+    n = min(ESTIMATE_MAX_NODES, int(ESTIMATE_EDGE_BUDGET / deg))
+    return int(min(num_nodes, max(n, ESTIMATE_MIN_NODES, 8 * world)))
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description="Rank graph / pipeline / hybrid configurations by predicted epoch time.")
     ap.add_argument("dataset", nargs="?", help="prepared dataset name or directory, or one of: " + ", ".join(PUBLISHED))
@@ -60,7 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument("--root", type=Path, help="data root for dataset names")
-    ap.add_argument("--estimate-nodes", type=int, default=20000, help="nodes of the synthetic graph for Σ M_p estimates")
+    ap.add_argument("--estimate-nodes", type=int, default=None,
+                    help="nodes of the synthetic sample for Σ M_p estimates of a graph that is not here (default: "
+                         f"as many as keep it under {ESTIMATE_EDGE_BUDGET:,} edges, at most {ESTIMATE_MAX_NODES:,}; "
+                         "larger samples take longer, minutes at 20,000 nodes of Reddit's degree)")
     ap.add_argument("--seed", type=int, default=0, help="METIS / generator seed")
     ap.add_argument("--debug", action="store_true", help="tracebacks and debug logging")
     return ap
@@ -76,15 +105,28 @@ def _ints(flag: str, text: str, lo: int, hi: int) -> list[int]:
     return vals
 
 
+def synth_fields(stats) -> dict:
+    """``gnnpipe-train`` ``synth_*`` fields that generate a graph of these statistics
+    (``--dataset sbm|rmat``): nodes, average degree (directed edges per node), features,
+    classes."""
+    return {"synth_nodes": stats.num_nodes, "synth_degree": round(stats.num_edges / stats.num_nodes, 4),
+            "synth_features": stats.num_features, "synth_classes": stats.num_classes}
+
+
 def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
+    """(:class:`GraphStats`, the dataset name for the command, ``synth_*`` fields or None)."""
     from gnnpipe.plan import GraphStats, chunk_counts, feasible_topologies, graph_stats_from_graph
 
     if args.stats:
         v = _ints("--stats", args.stats, 3, 5)
         if any(x < 0 for x in v) or v[0] < 1 or v[2] < 1:
             raise GnnpipeError(f"--stats: expected positive N and F and non-negative E, got {args.stats!r}")
-        return GraphStats(v[0], v[1], v[2], v[3] if len(v) > 3 else 2, v[4] if len(v) > 4 else None,
-                          name=args.dataset or "graph"), args.dataset or "DATASET"
+        st = GraphStats(v[0], v[1], v[2], v[3] if len(v) > 3 else 2, v[4] if len(v) > 4 else None,
+                        name=args.dataset or "graph")
+        # A built-in synthetic name trains the graph gnnpipe-train generates: the command
+        # must carry the planned sizes, not leave the 20,000-node default.
+        synth = synth_fields(st) if (args.dataset or "").lower() in SYNTHETIC else None
+        return st, args.dataset or "DATASET", synth
     if not args.dataset:
         raise GnnpipeError("give a DATASET (prepared name or directory, or one of "
                            f"{', '.join(PUBLISHED)}) or --stats N,E,F")
@@ -96,7 +138,9 @@ def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
     except GnnpipeError:
         if args.dataset.lower() in PUBLISHED:
             n, e, f, k = PUBLISHED[args.dataset.lower()]
-            return GraphStats(n, e, f, k, name=args.dataset.lower()), args.dataset.lower()
+            return GraphStats(n, e, f, k, name=args.dataset.lower()), args.dataset.lower(), None
+        if args.dataset.lower() in SYNTHETIC:
+            raise GnnpipeError(f"{args.dataset}: a generated graph; give its size with --stats N,E,F[,CLASSES]") from None
         raise
     graph = Graph.load(gdir)
     ways = {args.world} | {d for d in range(2, args.world // 2 + 1) if args.world % d == 0}
@@ -106,15 +150,17 @@ def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
     chunks = chunk_counts(feasible_topologies(args.world, spec, graph.num_nodes, factors)) if spec else {}
     print(f"{PROG}: partitioning {graph.name} with METIS into {sorted(ways)} parts"
           + (f" and chunks {chunks}" if chunks else ""), file=sys.stderr)
-    return graph_stats_from_graph(graph, sorted(ways), seed=args.seed, chunks=chunks), args.dataset
+    return graph_stats_from_graph(graph, sorted(ways), seed=args.seed, chunks=chunks), args.dataset, None
 
 
 def _gb(b: float) -> str:
     return f"{b / 1e9:.2f}"
 
 
-def format_table(preds, stats, spec, profile, dataset: str, top: int = 0) -> str:
-    """The human table: one line per configuration, the rejected ones with their reason."""
+def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth: dict | None = None) -> str:
+    """The human table: one line per configuration, the rejected ones with their reason,
+    and the ``gnnpipe-train`` command of the best that fits (with ``synth`` flags for a
+    generated graph and the profile's device)."""
     from gnnpipe.plan import train_command
 
     lines = [
@@ -140,7 +186,7 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0) -> str
     lines.append("")
     if fitting:
         lines.append("recommended:")
-        lines.append("  " + train_command(fitting[0], dataset, spec))
+        lines.append("  " + train_command(fitting[0], dataset, spec, device=profile.device, synth=synth))
     else:
         lines.append("no configuration fits the profile's memory; use more devices or a smaller model")
     return "\n".join(lines)
@@ -165,10 +211,26 @@ def _main(argv: Sequence[str] | None = None) -> int:
     spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
                      history_bytes=2 if args.history_dtype == "bfloat16" else 4)
     profile = load_profile(args.profile)
-    stats, dataset = _stats(args, spec, factors)
+    stats, dataset, synth = _stats(args, spec, factors)
     t0 = time.perf_counter()
+    est_nodes = args.estimate_nodes
+    if est_nodes is not None and est_nodes < 2:
+        raise GnnpipeError(f"--estimate-nodes: expected at least 2, got {est_nodes}")
+    estimated = not stats.parts and args.world > 1
+    if est_nodes is None:
+        est_nodes = auto_estimate_nodes(stats.num_nodes, stats.num_edges, args.world)
+    if estimated:
+        n_s = min(est_nodes, stats.num_nodes)
+        print(f"{PROG}: no partition of {stats.name} here: Σ M_p and chunk facts are estimated from a {n_s:,}-node R-MAT "
+              f"graph of the same average degree ({stats.num_edges / stats.num_nodes:.1f}), scaled by "
+              f"{stats.num_nodes / n_s:.1f}" + ("" if args.estimate_nodes else "; --estimate-nodes N for a larger, "
+                                                 "slower sample"), file=sys.stderr)
+
+    def progress(line: str) -> None:
+        print(f"{PROG}: [{time.perf_counter() - t0:5.1f} s] {line}", file=sys.stderr, flush=True)
+
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
-                         estimate_nodes=args.estimate_nodes, seed=args.seed)
+                         estimate_nodes=est_nodes, seed=args.seed, progress=progress)
     if not preds:
         raise GnnpipeError(f"--world {args.world}: no feasible configuration for {stats.num_nodes} nodes")
     if args.json:
@@ -181,12 +243,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "profile": profile.name,
             "world": args.world,
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
-            "recommended": train_command(fitting[0], dataset, spec) if fitting else None,
+            "recommended": (train_command(fitting[0], dataset, spec, device=profile.device, synth=synth)
+                            if fitting else None),
+            "estimate_nodes": min(est_nodes, stats.num_nodes) if estimated else None,
             "seconds": time.perf_counter() - t0,
         }
         print(json.dumps(out, indent=1, default=str))
     else:
-        print(format_table(preds, stats, spec, profile, dataset, args.top))
+        print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth))
     return 0
 
 
