@@ -123,6 +123,29 @@ def test_cli_help_lists_subcommands(capsys):
         assert s in text
 
 
+# ----------------------------------------------------------------------------- load
+def test_load_fields_flag_cells_above_the_cores(capsys):
+    quiet = {"load": [0.5, 0.4, 0.3], "cpus": 2}
+    busy = {"load": [6.9, 4.0, 2.0], "cpus": 2}
+    f = C.load_fields([{"load_before": quiet, "load_after": quiet}, {"load_before": quiet, "load_after": busy}])
+    assert f["load1_before"] == 0.5 and f["load1_after"] == 6.9 and f["cpu_count"] == 2 and f["under_load"]
+    assert not C.load_fields([{"load_before": quiet, "load_after": quiet}])["under_load"]
+    assert C.load_fields([{"metrics": []}]) == {}  # no snapshot, no columns
+    assert C.warn_if_loaded(busy, "cell-x") and not C.warn_if_loaded(quiet, "cell-y")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "load 6.9 > 2 cores around cell-x" in err[0]
+
+
+def test_timed_cell_records_the_machine_load():
+    import os
+
+    out, load = C.timed_cell(lambda: 42, "c")
+    assert out == 42
+    for k in ("load_before", "load_after"):
+        assert len(load[k]["load"]) == 3 and load[k]["cpus"] == os.cpu_count()
+    assert set(C.load_fields([load])) >= {"load1_before", "load1_after", "cpu_count", "under_load"}
+
+
 # ----------------------------------------------------------------------------- real ranks
 def _check_outputs(d):
     assert (d / "summary.md").read_text().count("|") > 10
@@ -168,5 +191,6 @@ def test_epoch_quick_outputs(tmp_path):
     for r in ok:
         assert r["measured_s"] > 0 and r["compute_s"] > 0 and r["run_min_s"] <= r["run_max_s"]
         assert r["samples"] == 4  # 2 runs x (3 epochs - the first)
+        assert r["cpu_count"] >= 1 and r["load1_before"] >= 0 and r["load1_after"] >= 0
     doc = _check_outputs(tmp_path / "epoch")
     assert doc["groups"] == 1 and "Planner hits" in md

@@ -156,7 +156,8 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
     results_file = out / f"{sub}.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else []
     for name, seed in tqdm([(n, s) for n in names for s in seeds], desc="accuracy", disable=not progress):
-        r = run_one(name, seed, out / sub, timeout, epochs)
+        r, load = C.timed_cell(lambda: run_one(name, seed, out / sub, timeout, epochs), f"{name} seed {seed}")
+        r.update(C.load_fields([load]))
         results = [x for x in results if not (x["name"] == name and x["seed"] == seed)] + [r]
         results_file.parent.mkdir(parents=True, exist_ok=True)
         results_file.write_text(json.dumps(results, indent=2) + "\n")

@@ -129,6 +129,7 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
         if "job" not in row:
             continue
         r = res[row["job"]]
+        row.update(C.load_fields([r]))
         n_meas += 1
         if r["error"] or not r["metrics"]:
             row["error"] = (r["error"] or "no metrics")[:300]

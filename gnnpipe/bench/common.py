@@ -35,6 +35,61 @@ def venv_bin() -> Path:
     return Path(sys.executable).parent
 
 
+# ----------------------------------------------------------------------------- load
+def load_snapshot() -> dict:
+    """The machine's load now: ``{"load": [1, 5, 15-minute averages], "cpus": cores}``.
+
+    Every benchmark records one before and one after each cell: on a shared machine other
+    processes take cores, and a time measured at load 7 on 2 cores says little about the
+    model (an ``epoch --quick`` at load 6.9 showed -82 to -92 % prediction errors).
+    """
+    return {"load": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count() or 1}
+
+
+def warn_if_loaded(snap: Mapping[str, Any], cell: str) -> bool:
+    """One line on stderr when the 1-minute load exceeds the cores; returns whether it did."""
+    if snap["load"][0] > snap["cpus"]:
+        print(f"gnnpipe-bench: warning: load {snap['load'][0]:.1f} > {snap['cpus']} cores around {cell}: "
+              "its times are inflated by other processes", file=sys.stderr, flush=True)
+        return True
+    return False
+
+
+def load_fields(outcomes: Iterable[Mapping[str, Any]]) -> dict:
+    """The load columns of a result row made of one or more cells (``run_jobs`` outcomes or
+    anything with ``load_before`` / ``load_after`` snapshots).
+
+    Returns:
+        ``load1_before`` / ``load1_after`` (the largest 1-minute load over the cells),
+        ``load_before`` / ``load_after`` (those cells' 1/5/15-minute triples), ``cpu_count``
+        and ``under_load`` (a 1-minute load above the cores before or after any cell);
+        empty when no cell has a snapshot.
+    """
+    snaps = [(o["load_before"], o["load_after"]) for o in outcomes if o.get("load_before") and o.get("load_after")]
+    if not snaps:
+        return {}
+    b = max((s[0] for s in snaps), key=lambda x: x["load"][0])
+    a = max((s[1] for s in snaps), key=lambda x: x["load"][0])
+    cpus = b["cpus"]
+    return {"load1_before": b["load"][0], "load1_after": a["load"][0], "load_before": b["load"],
+            "load_after": a["load"], "cpu_count": cpus, "under_load": max(b["load"][0], a["load"][0]) > cpus}
+
+
+def timed_cell(fn: Callable[[], Any], cell: str) -> tuple[Any, dict]:
+    """Run one in-process (or single-launch) cell with load snapshots around it.
+
+    Returns:
+        (``fn()``, ``{"load_before": snapshot, "load_after": snapshot}``), warning on stderr
+        when either is above the cores.
+    """
+    before = load_snapshot()
+    warn_if_loaded(before, cell)
+    out = fn()
+    after = load_snapshot()
+    warn_if_loaded(after, cell)
+    return out, {"load_before": before, "load_after": after}
+
+
 # ----------------------------------------------------------------------------- running
 @dataclass
 class Job:
@@ -70,7 +125,9 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
 
     Returns:
         ``{name: {"metrics": [per-epoch dicts], "summary": dict | None, "error": str | None,
-        "out": path}}``.
+        "out": path, "load_before": snapshot, "load_after": snapshot}}``: the machine's load
+        (:func:`load_snapshot`) when the job's launch began or the job before it in the same
+        launch finished, and when it finished (a line on stderr when above the cores).
     """
     import shutil
 
@@ -89,6 +146,7 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
             by_world.setdefault(j.world, []).append(j)
         groups = list(by_world.values())
     bar = None
+    loads: dict[str, dict] = {}
     if progress:
         from tqdm import tqdm
 
@@ -106,12 +164,20 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
                                  start_new_session=True)
             t0 = time.time()
             done: set[str] = set()
+            # Jobs of one launch run one after another: a job's "before" is the launch's
+            # start or the previous job's end (the 0.5 s polling makes that approximate).
+            last = load_snapshot()
+            warn_if_loaded(last, group[0].name)
             try:
                 while True:
                     rc = p.poll()
                     for j in group:
                         if j.name not in done and _finished(run_dir / j.name):
                             done.add(j.name)
+                            now = load_snapshot()
+                            loads[j.name] = {"load_before": last, "load_after": now}
+                            warn_if_loaded(now, j.name)
+                            last = now
                             if bar is not None:
                                 bar.update(1)
                     if rc is not None:
@@ -145,7 +211,7 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
         results[j.name] = {
             "metrics": read_metrics(out) if (out / "metrics.jsonl").exists() else [],
             "summary": json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None,
-            "error": err, "out": str(out),
+            "error": err, "out": str(out), **loads.get(j.name, {}),
         }
     return results
 

@@ -104,7 +104,9 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     res = C.run_jobs(jobs, out_dir / "runs", progress=progress, desc="epoch")
     for row in rows:
         eps, per_run, errs = [], [], []
-        for j in row.pop("jobs"):
+        names = row.pop("jobs")
+        row.update(C.load_fields(res[j] for j in names))
+        for j in names:
             r = res[j]
             if r["error"]:
                 errs.append(r["error"][:300])
@@ -136,12 +138,21 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     return rows, md
 
 
-def repredict(results_json: Path, profile: str = "cpu-this-machine") -> tuple[list[dict], list[dict], str]:
+def repredict(results_json: Path, profile: str = "cpu-this-machine",
+              include_loaded: bool = False) -> tuple[list[dict], list[dict], str, int]:
     """Predict the configurations of a stored ``epoch`` result again with the current model
     and ``profile`` (nothing is run): the same :func:`predict_case` the benchmark uses.
 
+    Args:
+        results_json: ``results.json`` or its folder.
+        profile: profile name or path.
+        include_loaded: keep rows measured while the 1-minute load exceeded the cores
+            (``under_load``; other processes inflated their times); by default they are
+            left out. Rows stored before the load was recorded are kept.
+
     Returns:
-        (rows with the new ``pred_*`` and ``rel_err``, planner hits, markdown summary).
+        (rows with the new ``pred_*`` and ``rel_err``, planner hits, markdown summary, the
+        number of rows left out as measured under load).
     """
     import json
 
@@ -151,14 +162,20 @@ def repredict(results_json: Path, profile: str = "cpu-this-machine") -> tuple[li
     path = Path(results_json)
     if path.is_dir():
         path = path / "results.json"
+    if not path.exists():
+        raise BenchError(f"{path}: no stored epoch results; run `gnnpipe-bench epoch` first (it writes "
+                         "results/epoch/results.json)")
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise BenchError(f"{path}: not a readable epoch results.json ({e})") from None
     prof = load_profile(profile)
-    rows = [dict(r) for r in doc.get("rows", []) if "measured_s" in r]
+    measured = [dict(r) for r in doc.get("rows", []) if "measured_s" in r]
+    rows = [r for r in measured if include_loaded or not r.get("under_load")]
+    left_out = len(measured) - len(rows)
     if not rows:
-        raise BenchError(f"{path}: no measured rows")
+        raise BenchError(f"{path}: no measured rows" + (f" measured without load ({left_out} under load; "
+                                                        "--include-loaded keeps them)" if left_out else ""))
     firsts = {}
     for cname in dict.fromkeys(r["case"] for r in rows):
         if cname not in CASES and cname not in QUICK_CASES:
@@ -174,7 +191,11 @@ def repredict(results_json: Path, profile: str = "cpu-this-machine") -> tuple[li
                     r.update({"pred_s": p.epoch_s, "pred_compute_s": p.compute_s, "pred_comm_s": p.comm_s,
                               "pred_bubble_s": p.bubble_s, "rel_err": C.rel_error(p.epoch_s, r["measured_s"])})
     hits = C.planner_hits(rows, ("case", "world"), measured="measured_s", predicted="pred_s", first_choice=firsts)
-    return rows, hits, summarize(rows, hits)
+    md = summarize(rows, hits)
+    if left_out:
+        md += (f"\n\nLeft out {left_out} of {len(measured)} measured row(s) taken while the 1-minute load exceeded the "
+               "cores (--include-loaded keeps them).")
+    return rows, hits, md, left_out
 
 
 def summarize(rows: list[dict], hits: list[dict]) -> str:
@@ -184,11 +205,15 @@ def summarize(rows: list[dict], hits: list[dict]) -> str:
         if "measured_s" not in r:
             table.append([r["case"], r["world"], r["config"], "failed", "", "", "", "", f"{r['pred_s']:.3f}", ""])
             continue
-        table.append([r["case"], r["world"], r["config"], f"{r['measured_s']:.3f}",
+        table.append([r["case"], r["world"], r["config"] + (" *" if r.get("under_load") else ""), f"{r['measured_s']:.3f}",
                       f"{r['run_min_s']:.3f}–{r['run_max_s']:.3f}", f"{r['compute_s']:.3f}", f"{r['comm_s']:.3f}",
                       f"{r['bubble_s']:.3f}", f"{r['pred_s']:.3f}", f"{100 * r['rel_err']:+.0f} %"])
     out = [C.md_table(["case", "ranks", "config", "median s", "run spread", "compute", "comm", "bubble",
                        "predicted s", "error"], table), ""]
+    n_loaded = sum(bool(r.get("under_load")) for r in ok)
+    if n_loaded:
+        out += [f"\\* {n_loaded} of {len(ok)} measured while the 1-minute load exceeded the cores (other processes "
+                "inflated their times).", ""]
     if ok:
         within = sum(abs(r["rel_err"]) <= 0.25 for r in ok)
         gm = C.geomean(r["pred_s"] / r["measured_s"] for r in ok)

@@ -67,6 +67,7 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
     res = C.run_jobs(jobs, out_dir / "runs", fresh=True, progress=progress, desc="memory")
     for row in rows:
         r = res[row.pop("job")]
+        row.update(C.load_fields([r]))
         if r["error"] or not r["metrics"]:
             row["error"] = (r["error"] or "no metrics")[:300]
             continue

@@ -235,7 +235,8 @@ def run(out: Path, quick: bool = False, only=None, progress: bool = True, thread
     rows = []
     todo = [(t, ds, m) for t in threads for ds, m in combos]
     for thr, ds, m in tqdm(todo, desc="overhead", disable=not progress):
-        rows.append(bench(ds, root, m, thr, epochs, quick))
+        r, load = C.timed_cell(lambda: bench(ds, root, m, thr, epochs, quick), f"{ds}-{m} {thr} thread(s)")
+        rows.append({**r, **C.load_fields([load])})
     table = [[r["dataset"], r["model"], r["threads"], r.get("pyg_edge_index_s", float("nan")), r["pyg_adj_t_s"],
               r["gnnpipe_s"], r["limit_s"], f"{r['ratio_vs_adj_t']:.2f}",
               f"{r['ratio_vs_edge_index']:.3f}" if "ratio_vs_edge_index" in r else "–", f"{r['ratio_vs_limit']:.2f}",

@@ -161,6 +161,7 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                                            "--eval-every", "100000", *C.topo_flags(t), *dtype_flags], t.world)],
                              out_dir / "runs", fresh=True, progress=progress, desc=f"scale {n:,} {C.label(t)}",
                              timeout_s=3600)[name]
+            row.update(C.load_fields([res]))
             if res["error"] or not res["metrics"]:
                 row["error"] = (res["error"] or "no metrics")[:300]
             else:

@@ -6,14 +6,15 @@ Usage::
         [--heads H] [--history-dtype float32|bfloat16] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
-    gnnpipe-plan calibrate [--out FILE] [--quick]      (measure this machine, write a profile)
+    gnnpipe-plan calibrate [--out FILE] [--thorough]   (measure this machine, write ./profiles/cpu-this-machine.toml)
     gnnpipe-plan validate RESULTS [--profile P]        (re-predict a stored `gnnpipe-bench epoch`)
 
 ``DATASET`` is a prepared graph directory or name (Σ M_p then comes from METIS plans of the
 real graph), or one of the names in :data:`PUBLISHED` (Σ M_p estimated from a synthetic
 graph of the same shape, see :func:`gnnpipe.plan.estimate_part_info`). ``--profile`` is a
-shipped profile name (``gnnpipe/profiles/*.toml``) or a TOML path; the default is
-``cpu-this-machine``. Configurations that do not fit a device's memory are listed after the
+profile name, looked up in the user profile directory (``$GNNPIPE_PROFILE_DIR``, default
+``./profiles/``, where ``calibrate`` writes) and then among the shipped ones
+(``gnnpipe/profiles/*.toml``), or a TOML path; the default is ``cpu-this-machine``. Configurations that do not fit a device's memory are listed after the
 others with the reason. The first fitting one is printed as a ``gnnpipe-train`` command.
 """
 
@@ -519,7 +520,11 @@ def measure_chunk_path(quick: bool = False) -> dict:
     return {"gather_bytes_s": 1.0 / max(slope, 1e-15), "chunk_overhead_s": max(float(icpt), 0.0)}
 
 
-def _contention_worker(barrier, reps: int, q) -> None:
+def _contention_worker(index: int, phases: Sequence[int], barriers: dict, done, reps: int, rounds: int, q) -> None:
+    """One process of :func:`measure_contention`: for every round and every phase ``k`` of
+    ``phases``, the first ``k`` workers time the same GCNII step together (after a barrier of
+    ``k``) and report their median; every worker then meets at ``done`` so the next phase
+    starts with exactly ``k`` busy processes (the others block, using no CPU)."""
     import statistics
 
     import torch
@@ -537,13 +542,18 @@ def _contention_worker(barrier, reps: int, q) -> None:
         m(blk, x, RunCtx(training=True, epoch=0, seed=0)).sum().backward()
 
     step()
-    barrier.wait()
-    ts = []
-    for _ in range(reps):
-        t0 = time.thread_time()
-        step()
-        ts.append(time.thread_time() - t0)
-    q.put(statistics.median(ts))
+    done.wait()  # every worker imported and warmed up: the 1-process phase runs alone
+    for r in range(rounds):
+        for k in phases:
+            if index < k:
+                barriers[k].wait()
+                ts = []
+                for _ in range(reps):
+                    t0 = time.thread_time()
+                    step()
+                    ts.append(time.thread_time() - t0)
+                q.put((r, k, statistics.median(ts)))
+            done.wait()
 
 
 _BASE_PROBE = """
@@ -593,27 +603,35 @@ def measure_contention(cores: int, quick: bool = False) -> dict:
         cpu(2·cores)/cpu(cores)}`` (each at least 1; medians of 3 interleaved rounds).
     """
     import multiprocessing as mp
+    import statistics
 
     ctx = mp.get_context("spawn")
     reps = 6 if quick else 15
-
-    def run(k: int) -> float:
-        barrier, q = ctx.Barrier(k), ctx.Queue()
-        procs = [ctx.Process(target=_contention_worker, args=(barrier, reps, q)) for _ in range(k)]
-        for pr in procs:
-            pr.start()
-        vals = [q.get(timeout=600) for _ in procs]
-        for pr in procs:
-            pr.join()
-        return max(vals)
-
     # One round's ratios move by 10-30 % between idle-machine runs (turbo, the other
-    # core's housekeeping): the median of interleaved rounds is what the profile keeps.
-    import statistics
-
+    # core's housekeeping): the thorough mode keeps the median of 3 interleaved rounds.
+    n_rounds = 1 if quick else 3
+    # The same 2·cores processes serve every phase: spawning a fresh set per phase paid the
+    # interpreter + torch import (seconds per process) three times per round.
+    phases = (1, cores, 2 * cores)
+    barriers = {k: ctx.Barrier(k) for k in phases}
+    done, q = ctx.Barrier(2 * cores), ctx.Queue()
+    procs = [ctx.Process(target=_contention_worker, args=(i, phases, barriers, done, reps, n_rounds, q))
+             for i in range(2 * cores)]
+    for pr in procs:
+        pr.start()
+    try:
+        got: dict[tuple[int, int], list[float]] = {}
+        for _ in range(n_rounds * sum(phases)):
+            r, k, v = q.get(timeout=600)
+            got.setdefault((r, k), []).append(v)
+    finally:
+        for pr in procs:
+            pr.join(timeout=30)
+            if pr.is_alive():
+                pr.terminate()
     rounds = []
-    for _ in range(1 if quick else 3):
-        t1, tc, t2 = run(1), run(cores), run(2 * cores)
+    for r in range(n_rounds):
+        t1, tc, t2 = (max(got[(r, k)]) for k in phases)
         rounds.append((t1, tc, t2, tc / t1, t2 / tc))
     t1, tc, t2 = (statistics.median(r[i] for r in rounds) for i in range(3))
     return {"alone_s": t1, "shared_slowdown": max(1.0, statistics.median(r[3] for r in rounds)),
@@ -704,27 +722,41 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
 
     import psutil
 
-    from gnnpipe.plan import HardwareProfile, profile_toml, profiles_dir
+    from gnnpipe.plan import PROFILE_DIR_ENV as PROFILE_DIR_ENV_NAME
+    from gnnpipe.plan import HardwareProfile, profile_toml, profiles_dir, user_profiles_dir
 
-    ap = argparse.ArgumentParser(prog=f"{PROG} calibrate", description="Measure this machine; write a hardware profile.")
-    ap.add_argument("--out", type=Path, default=None, help="profile file (default gnnpipe/profiles/cpu-this-machine.toml)")
-    ap.add_argument("--quick", action="store_true", help="smaller, faster measurements")
+    ap = argparse.ArgumentParser(prog=f"{PROG} calibrate", description=(
+        "Measure this machine; write a hardware profile into the user profile directory "
+        f"(${PROFILE_DIR_ENV_NAME}, default ./profiles/), where the planner finds it before the shipped ones."))
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"profile file (default <${PROFILE_DIR_ENV_NAME} or ./profiles>/cpu-this-machine.toml; "
+                         "never the shipped gnnpipe/profiles/)")
+    ap.add_argument("--thorough", action="store_true",
+                    help="larger problems, more repetitions and 3 contention rounds (several minutes; the default "
+                         "takes under a minute on an idle machine)")
+    ap.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)  # the old name of the default
     ap.add_argument("--no-p2p", action="store_true", help="skip the 2-process Gloo measurement")
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
-    out = args.out or profiles_dir() / "cpu-this-machine.toml"
+    quick = not args.thorough
+    out = args.out or user_profiles_dir() / "cpu-this-machine.toml"
+    # The shipped profiles are tracked, hand-merged files: a measurement never rewrites one.
+    if out.resolve().parent == profiles_dir().resolve():
+        raise GnnpipeError(f"--out {out}: that is a shipped profile; write to {user_profiles_dir()}/ "
+                           f"(or set ${PROFILE_DIR_ENV_NAME}) and pass --profile NAME or the path")
+    t_start = time.perf_counter()
     cores = os.cpu_count() or 1
     load0 = os.getloadavg()[0]
     print(f"{PROG}: measuring GEMM, SpMM, copy bandwidth"
           + ("" if args.no_p2p else ", Gloo point-to-point and collectives") + " with 1 thread per process", file=sys.stderr)
-    m = measure(quick=args.quick, p2p=not args.no_p2p)
+    m = measure(quick=quick, p2p=not args.no_p2p)
     print(f"{PROG}: fitting elementwise rate and per-pass overhead to real units", file=sys.stderr)
-    drop_s = measure_dropout(quick=args.quick)
-    mu = measure_units(m["gemm_flops_s"], m["spmm_edge_width_s"], quick=args.quick, dropout_values_s=drop_s)
+    drop_s = measure_dropout(quick=quick)
+    mu = measure_units(m["gemm_flops_s"], m["spmm_edge_width_s"], quick=quick, dropout_values_s=drop_s)
     print(f"{PROG}: the pipeline's history path; {cores} and {2 * cores} processes sharing the cores", file=sys.stderr)
-    mc = measure_chunk_path(quick=args.quick)
-    mk = measure_contention(cores, quick=args.quick)
-    mcoll = measure_collectives(cores, quick=args.quick) if not args.no_p2p else {}
+    mc = measure_chunk_path(quick=quick)
+    mk = measure_contention(cores, quick=quick)
+    mcoll = measure_collectives(cores, quick=quick) if not args.no_p2p else {}
     total = psutil.virtual_memory().total
     base_mem = measure_base_mem()
     prof = HardwareProfile(
@@ -740,7 +772,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         coll_overhead_s=mcoll.get("coll_overhead_s", 0.0), oversub_wait_s=mcoll.get("oversub_wait_s", 0.0),
         shared_slowdown=mk["shared_slowdown"], oversub_slowdown=mk["oversub_slowdown"], dropout_values_s=drop_s,
         description=f"this machine: {cores} cores shared by every rank (1 thread each), Gloo over loopback",
-        source=f"gnnpipe-plan calibrate{' --quick' if args.quick else ''}, {datetime.date.today().isoformat()}",
+        source=f"gnnpipe-plan calibrate{' --thorough' if args.thorough else ''}, {datetime.date.today().isoformat()}",
     )
     spmm = ", ".join(f"d={w}: {v / 1e9:.2f} G" for w, v in m["spmm_by_width"].items())
     comments = [
@@ -777,7 +809,10 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
     print(text)
-    print(f"{PROG}: wrote {out}", file=sys.stderr)
+    print(f"{PROG}: wrote {out} in {time.perf_counter() - t_start:.0f} s (load {load0:.1f} -> "
+          f"{os.getloadavg()[0]:.1f} on {cores} cores); the planner's --profile cpu-this-machine now reads it"
+          + (f" while the current directory is {Path.cwd()}" if not os.environ.get(PROFILE_DIR_ENV_NAME) and not args.out
+             else ""), file=sys.stderr)
     return 0
 
 
@@ -791,12 +826,17 @@ def validate_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("results", type=Path, help="results/<run>/epoch/results.json or its folder")
     ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path")
     ap.add_argument("--json", action="store_true", help="rows and planner hits as JSON")
+    ap.add_argument("--include-loaded", action="store_true",
+                    help="keep rows measured while the 1-minute load exceeded the cores (left out by default)")
     args = ap.parse_args(argv)
-    rows, hits, md = repredict(args.results, args.profile)
+    rows, hits, md, left_out = repredict(args.results, args.profile, include_loaded=args.include_loaded)
     if args.json:
-        print(json.dumps({"rows": rows, "planner": hits}, indent=1, default=str))
+        print(json.dumps({"rows": rows, "planner": hits, "left_out_under_load": left_out}, indent=1, default=str))
     else:
         print(md)
+    if left_out:
+        print(f"{PROG} validate: left out {left_out} row(s) measured under load (--include-loaded keeps them)",
+              file=sys.stderr)
     return 0
 
 
