@@ -123,6 +123,69 @@ def test_cli_help_lists_subcommands(capsys):
         assert s in text
 
 
+# ----------------------------------------------------------------------------- CLI guards
+@pytest.mark.parametrize("sub", ["comm", "epoch", "memory", "scale", "overhead", "accuracy", "report"])
+def test_only_typo_fails_in_one_line_and_keeps_results(sub, tmp_path, capsys):
+    from gnnpipe.bench.cli import main
+
+    old = tmp_path / sub / "results.json"
+    old.parent.mkdir()
+    old.write_text('{"rows": [{"x": 1}]}')
+    assert main([sub, "--only", "typo", "--out", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gnnpipe-bench {sub}: error:") and "'typo'" in err[0], err
+    assert old.read_text() == '{"rows": [{"x": 1}]}'
+
+
+def test_out_that_is_a_file_fails_in_one_line(tmp_path, capsys):
+    from gnnpipe.bench.cli import main
+
+    f = tmp_path / "results.md"
+    f.write_text("mine")
+    assert main(["epoch", "--out", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file; expected the results folder" in err[0]
+    assert f.read_text() == "mine"
+
+
+def test_write_results_refuses_empty_rows(tmp_path):
+    C.write_results(tmp_path, [{"a": 1}], "| a |")
+    before = (tmp_path / "results.json").read_text()
+    with pytest.raises(C.BenchError, match="keeps its earlier results"):
+        C.write_results(tmp_path, [], "")
+    assert (tmp_path / "results.json").read_text() == before
+
+
+def test_quick_runs_write_their_own_folder(tmp_path):
+    assert C.sub_dir(tmp_path, "epoch") == tmp_path / "epoch"
+    assert C.sub_dir(tmp_path, "epoch", quick=True) == tmp_path / "epoch-quick"
+
+
+def test_report_fills_marked_sections_only(tmp_path):
+    from gnnpipe.bench import report
+    from gnnpipe.bench.accuracy import CONFIGS
+
+    res = tmp_path / "results"
+    (res / "epoch").mkdir(parents=True)
+    (res / "epoch" / "summary.md").write_text("| case | s |\n|---|---|\n| a | 1 |\n")
+    (res / "epoch" / "results.json").write_text('{"date": "2026-12-03 10:00:00 UTC", "rows": []}')
+    (res / "memory").mkdir()
+    (res / "memory" / "summary.md").write_text("| m |\n|---|\n")
+    (res / "accuracy.json").write_text(json.dumps([
+        {"name": "cora-gcn2-graph", "seed": 0, "ok": True, "test_acc": 0.705, "mean_epoch_time_s": 0.1, "epochs": 20}]))
+    doc = tmp_path / "b.md"
+    doc.write_text("# B\n<!-- epoch:begin -->\nold\n<!-- epoch:end -->\ntext\n<!-- accuracy:begin -->\n"
+                   "<!-- accuracy:end -->\nend\n")
+    out = report.run(res, doc)
+    text = doc.read_text()
+    assert "| a | 1 |" in text and "old" not in text and "run of 2026-12-03" in text and text.endswith("end\n")
+    # A 20-epoch run says it does not test the 200-epoch target.
+    assert "70.50" in text and "for 200 epochs; this run had 20" in text
+    assert "memory: " in out and "no <!-- memory:begin -->" in out
+    assert "comm: no stored results" in out
+    assert int(CONFIGS["cora-gcn2-graph"][2][CONFIGS["cora-gcn2-graph"][2].index("--epochs") + 1]) == 200
+
+
 # ----------------------------------------------------------------------------- load
 def test_load_fields_flag_cells_above_the_cores(capsys):
     quiet = {"load": [0.5, 0.4, 0.3], "cpus": 2}
@@ -176,7 +239,7 @@ def test_comm_quick_measured_equals_predicted(tmp_path):
     # Unmeasured depths are predictions only; graph-parallel bytes grow with depth.
     g = {r["layers"]: r["pred_halo"] for r in rows if r["mode"] == "graph" and r["model"] == "gcnii"}
     assert g[8] == 2 * g[4]
-    doc = _check_outputs(tmp_path / "comm")
+    doc = _check_outputs(tmp_path / "comm-quick")
     assert doc["measured"] == len(measured)
 
 
@@ -192,5 +255,5 @@ def test_epoch_quick_outputs(tmp_path):
         assert r["measured_s"] > 0 and r["compute_s"] > 0 and r["run_min_s"] <= r["run_max_s"]
         assert r["samples"] == 4  # 2 runs x (3 epochs - the first)
         assert r["cpu_count"] >= 1 and r["load1_before"] >= 0 and r["load1_after"] >= 0
-    doc = _check_outputs(tmp_path / "epoch")
+    doc = _check_outputs(tmp_path / "epoch-quick")
     assert doc["groups"] == 1 and "Planner hits" in md

@@ -6,16 +6,18 @@
 Each configuration runs ``gnnpipe-train`` under the venv's ``mpirun`` (4 ranks unless the
 configuration says otherwise) and reads its ``summary.json``: test accuracy at the best
 validation accuracy (exact full-graph evaluation every ``eval_every`` epochs). Results go
-to ``results/accuracy/<name>/`` (one run directory per configuration and seed),
-``results/accuracy.json`` and ``results/accuracy.md``.
+to ``results/accuracy/<name>/seed<k>/`` (one run directory per configuration and seed),
+``results/accuracy.json`` (every run so far, merged) and ``results/accuracy/`` (results.csv,
+results.json, summary.md); ``--quick`` writes only under ``results/accuracy-quick/``.
 
     gnnpipe-bench accuracy --only cora-gcn2-graph --seeds 0 1 2
     python scripts/bench_accuracy.py --list
     python scripts/bench_accuracy.py --only cora-gcn2-graph cora-gcnii64-graph
     python scripts/bench_accuracy.py --group pipeline --seeds 0 1 2
 
-When ``docs/benchmarks.md`` has the markers ``<!-- accuracy:begin -->`` and
-``<!-- accuracy:end -->``, :func:`run` replaces what lies between them with the table.
+Nothing outside ``results/`` is written: ``gnnpipe-bench report`` renders the table into
+``docs/benchmarks.md`` (between ``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->``,
+:func:`fill_doc`) when asked.
 
 Targets (issues 4 and 5): Cora GCN-2 graph-parallel ≥ 80.5 %, Cora GCNII-64 ≥ 84.5 %;
 pipeline (4 stages, 16 chunks) within 1.5 points of graph-parallel for GCNII and ResGCN+
@@ -67,6 +69,7 @@ def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | No
     if epochs is not None:  # --epochs override: replace the configuration's own value
         flags = list(flags)
         flags[flags.index("--epochs") + 1] = str(epochs)
+    n_epochs = int(flags[flags.index("--epochs") + 1])
     out = out_root / name / f"seed{seed}"
     cmd = [str(VENV_BIN / "mpirun"), "-np", str(ranks), str(VENV_BIN / "gnnpipe-train"), *flags,
            "--seed", str(seed), "--out", str(out), "--no-progress"]
@@ -75,15 +78,18 @@ def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | No
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.time() - t0
     if p.returncode != 0:
-        return {"name": name, "seed": seed, "ok": False, "error": p.stderr[-2000:], "wall_s": wall}
+        return {"name": name, "seed": seed, "ok": False, "error": p.stderr[-2000:], "wall_s": wall, "epochs": n_epochs}
     s = json.loads((out / "summary.json").read_text())
     return {"name": name, "seed": seed, "ok": True, "test_acc": s["test_acc_at_best_val"],
             "best_val_acc": s["best_val_acc"], "best_epoch": s["best_epoch"],
-            "mean_epoch_time_s": s["mean_epoch_time_s"], "wall_s": wall, "target": target,
+            "mean_epoch_time_s": s["mean_epoch_time_s"], "wall_s": wall, "target": target, "epochs": n_epochs,
             "command": " ".join(cmd[2:])}
 
 
 def summarize(results: list[dict]) -> str:
+    """The markdown table: mean ± sd of the test accuracy per configuration, its target, and
+    (when a run was shorter than the configuration's schedule, e.g. ``--quick``) that the
+    target is not reachable in that many epochs."""
     import statistics
 
     by: dict[str, list[dict]] = {}
@@ -102,6 +108,11 @@ def summarize(results: list[dict]) -> str:
         key = name.rsplit("-", 1)[0]
         if key in PAPER_P and name.endswith("pipeline"):
             tgt += f" (paper P {PAPER_P[key]})"
+        flags = CONFIGS[name][2]
+        full = int(flags[flags.index("--epochs") + 1])
+        ran = {r.get("epochs", full) for r in ok}
+        if min(ran) < full:
+            tgt += f" — for {full} epochs; this run had {min(ran)}, not a test of the target"
         lines.append(f"| {name} | {len(ok)} | {statistics.mean(accs):.2f} ± {sd:.2f} | {tgt} | {ep:.3f} |")
     return "\n".join(lines)
 
@@ -123,8 +134,9 @@ def fill_doc(doc: Path, md: str) -> bool:
 
 
 def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | None = None, progress: bool = True,
-        timeout: int = 7200, doc: Path | None = None) -> tuple[list[dict], str]:
-    """``gnnpipe-bench accuracy``: run the configurations, merge into ``out/accuracy.json``.
+        timeout: int = 7200) -> tuple[list[dict], str]:
+    """``gnnpipe-bench accuracy``: run the configurations, merge into ``out/accuracy.json``
+    (``--quick``: ``out/accuracy-quick/accuracy.json``); nothing outside ``out`` is written.
 
     Args:
         out: results root (runs in ``out/accuracy/<name>/seed<k>``).
@@ -134,8 +146,6 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
         epochs: override every configuration's epoch count.
         progress: tqdm bar over (configuration, seed).
         timeout: seconds per run.
-        doc: markdown file whose accuracy section to fill (default ``docs/benchmarks.md``
-            of the repository; not touched in quick mode).
 
     Returns:
         (all results in the JSON file, markdown table).
@@ -144,16 +154,15 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
 
     from gnnpipe.bench import common as C
 
+    C.check_only(only, CONFIGS, "configuration")
     names = ["cora-gcn2-graph"] if quick else (only or list(CONFIGS))
-    unknown = [n for n in names if n not in CONFIGS]
-    if unknown:
-        raise C.BenchError(f"accuracy --only: unknown configuration(s) {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
     seeds = [0] if quick or not seeds else list(seeds)
     epochs = 20 if quick else epochs
     out = Path(out)
-    # A quick run must never overwrite a real result of the same configuration and seed.
-    sub = "accuracy-quick" if quick else "accuracy"
-    results_file = out / f"{sub}.json"
+    # A quick run must never overwrite a real result of the same configuration and seed;
+    # everything it writes stays in its own folder.
+    sub = C.sub_dir(out, "accuracy", quick).name
+    results_file = out / sub / "accuracy.json" if quick else out / "accuracy.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else []
     for name, seed in tqdm([(n, s) for n in names for s in seeds], desc="accuracy", disable=not progress):
         r, load = C.timed_cell(lambda: run_one(name, seed, out / sub, timeout, epochs), f"{name} seed {seed}")
@@ -163,9 +172,6 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
         results_file.write_text(json.dumps(results, indent=2) + "\n")
     md = summarize(results)
     C.write_results(out / sub, results, md, {"seeds": seeds, "epochs_override": epochs})
-    if not quick:
-        fill_doc(doc or REPO / "docs" / "benchmarks.md", f"_Filled by `gnnpipe-bench accuracy` on "
-                 f"{time.strftime('%Y-%m-%d')} from results/accuracy.json._\n\n{md}")
     return results, md
 
 

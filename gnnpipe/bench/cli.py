@@ -1,7 +1,8 @@
 """``gnnpipe-bench SUB [--out results/] [--quick]``: the paper's experiments, one command each.
 
 Subcommands (each writes ``results.csv``, ``results.json``, ``summary.md`` and PNG plots
-into ``<out>/<SUB>/`` and prints the summary table):
+into ``<out>/<SUB>/`` — ``<out>/<SUB>-quick/`` with ``--quick`` — and prints the summary
+table; nothing outside ``<out>`` is written):
 
     comm      bytes per epoch of graph / pipeline / hybrid across depths, measured vs predicted
     epoch     epoch time (compute / comm / bubble), 2 and 4 ranks, vs the cost model and planner
@@ -9,8 +10,11 @@ into ``<out>/<SUB>/`` and prints the summary table):
     scale     synthetic graphs up to 1M nodes / 20M edges, epoch time and memory per mode
     overhead  one process: gnnpipe against PyG's edge_index and adj_t paths, and the limit
     accuracy  the paper's accuracy protocol (long; --only, --seeds, --epochs)
+    report    render docs/benchmarks.md's tables from the stored results (--doc, --plots)
 
-``--quick`` makes each finish in about a minute (tiny graphs, one run).
+``--quick`` makes each finish in about a minute (tiny graphs, one run). Every cell records
+the load average and core count before and after it, and a line on stderr warns when the
+1-minute load exceeds the cores.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Sequence
 
 from gnnpipe import GnnpipeError
 
-SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy")
+SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "report")
 
 
 def _ints(s: str) -> list[int]:
@@ -48,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="scale: partition graphs with more nodes than this randomly (default: never)")
     ap.add_argument("--history-dtype", choices=("float32", "bfloat16"), default="float32",
                     help="scale: pipeline/hybrid history buffers (default float32; such rows are labelled +bf16)")
+    ap.add_argument("--doc", type=Path, default=None, help="report: markdown file to fill (default docs/benchmarks.md)")
+    ap.add_argument("--plots", action="store_true", help="report: also copy the stored PNGs into the doc's img/")
     ap.add_argument("--debug", action="store_true", help="tracebacks")
     return ap
 
@@ -57,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        # --out is a folder of results: a file there would be overwritten or half-used.
+        if args.out.exists() and not args.out.is_dir():
+            raise GnnpipeError(f"--out {args.out}: is a file; expected the results folder (default results/)")
         md = _dispatch(args)
     except GnnpipeError as e:
         if args.debug:
@@ -64,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gnnpipe-bench {args.sub}: error: {e}", file=sys.stderr)
         return 2
     print(md)
-    print(f"\n(results in {args.out / args.sub}/)")
+    if args.sub != "report":
+        from gnnpipe.bench.common import sub_dir
+
+        print(f"\n(results in {sub_dir(args.out, args.sub, args.quick)}/)")
     return 0
 
 
@@ -94,6 +106,11 @@ def _dispatch(args: argparse.Namespace) -> str:
         from gnnpipe.bench import overhead
 
         return overhead.run(args.out, only=args.only, **kw)[1]
+    if args.sub == "report":
+        from gnnpipe.bench import common as C
+        from gnnpipe.bench import report
+
+        return report.run(args.out, args.doc or C.REPO / "docs" / "benchmarks.md", only=args.only, plots=args.plots)
     from gnnpipe.bench import accuracy
 
     return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **kw)[1]

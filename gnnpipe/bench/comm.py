@@ -76,10 +76,11 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
     """
     from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
+    C.check_only(only, DATASETS, "dataset")
     dsets = QUICK if quick else {k: v for k, v in DATASETS.items() if not only or k in only}
     if quick:
         depths, measure = (4, 8), (4,)
-    out_dir = Path(out) / "comm"
+    out_dir = C.sub_dir(out, "comm", quick)
     prof = load_profile("cpu-this-machine")
     topos = topologies(4)
     jobs: list[C.Job] = []

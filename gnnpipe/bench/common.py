@@ -35,6 +35,30 @@ def venv_bin() -> Path:
     return Path(sys.executable).parent
 
 
+# ----------------------------------------------------------------------------- where
+def sub_dir(out: Path, sub: str, quick: bool = False) -> Path:
+    """The folder benchmark ``sub`` writes: ``out/sub``, or ``out/sub-quick`` for
+    ``--quick`` (a one-minute run must never replace a full run's results).
+
+    Returns:
+        the folder (not created).
+    """
+    return Path(out) / (f"{sub}-quick" if quick else sub)
+
+
+def check_only(only: Sequence[str] | None, known: Iterable[str], what: str) -> None:
+    """Refuse ``--only`` names a benchmark does not have (a typo used to run nothing and
+    write empty results over the earlier ones).
+
+    Raises:
+        BenchError: naming the unknown names and the known ones.
+    """
+    known = list(known)
+    bad = [n for n in (only or ()) if n not in known]
+    if bad:
+        raise BenchError(f"--only: unknown {what} {', '.join(map(repr, bad))} (known: {', '.join(known)})")
+
+
 # ----------------------------------------------------------------------------- load
 def load_snapshot() -> dict:
     """The machine's load now: ``{"load": [1, 5, 15-minute averages], "cpus": cores}``.
@@ -351,8 +375,14 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]], summary_md: 
 
     The CSV holds the scalar columns (union over rows, first-seen order); the JSON holds
     the rows whole plus ``extra`` (settings, summary figures) and the date.
+
+    Raises:
+        BenchError: no rows (earlier results in ``out_dir`` are kept rather than replaced
+            by empty ones).
     """
     out_dir = Path(out_dir)
+    if not rows:
+        raise BenchError(f"no result rows to write; {out_dir} keeps its earlier results")
     out_dir.mkdir(parents=True, exist_ok=True)
     cols: list[str] = []
     for r in rows:

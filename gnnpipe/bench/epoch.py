@@ -77,11 +77,12 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     """Measure, predict, rank; write ``out/epoch/``. Returns (rows, markdown)."""
     from gnnpipe.plan import load_profile
 
+    C.check_only(only, CASES, "case")
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     if quick:
         worlds, runs, epochs = (4,), 2, 3
     prof = load_profile("cpu-this-machine")
-    out_dir = Path(out) / "epoch"
+    out_dir = C.sub_dir(out, "epoch", quick)
     jobs, rows, firsts = [], [], {}
     for cname, case in cases.items():
         ds, synth, model, L, d = case

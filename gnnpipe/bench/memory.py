@@ -38,12 +38,13 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
     """Measure and predict; write ``out/memory/``. Returns (rows, markdown)."""
     from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
+    C.check_only(only, CASES, "case")
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     topos = world_topologies(world)
     if quick:
         topos = topos[:2]
     prof = load_profile("cpu-this-machine")
-    out_dir = Path(out) / "memory"
+    out_dir = C.sub_dir(out, "memory", quick)
     jobs, rows = [], []
     for cname, (ds, synth, model, L, d) in cases.items():
         graph = C.load_graph(ds, **synth)

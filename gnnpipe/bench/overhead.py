@@ -231,6 +231,7 @@ def run(out: Path, quick: bool = False, only=None, progress: bool = True, thread
     if quick:
         combos, epochs = [("squirrel", "gcn")], 1
     elif only:
+        C.check_only(only, [f"{ds}-{m}" for ds, m in combos], "configuration")
         combos = [c for c in combos if f"{c[0]}-{c[1]}" in only]
     rows = []
     todo = [(t, ds, m) for t in threads for ds, m in combos]
@@ -245,7 +246,7 @@ def run(out: Path, quick: bool = False, only=None, progress: bool = True, thread
                      "gnnpipe/adj_t", "gnnpipe/edge_index", "gnnpipe/limit", "≤ 0.6× adj_t"], table)
     gm = C.geomean(r["ratio_vs_adj_t"] for r in rows)
     md += f"\n\nGeometric mean gnnpipe/adj_t: {gm:.2f} over {len(rows)} configuration(s)."
-    out_dir = Path(out) / "overhead"
+    out_dir = C.sub_dir(out, "overhead", quick)
     C.write_results(out_dir, rows, md, {"d": D, "layers": L, "dropout": P, "epochs": epochs})
     plt = C.pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.2))

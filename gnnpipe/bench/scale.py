@@ -122,7 +122,8 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
 
     if quick:
         sizes, method = (2000,), "random"
-    out_dir = Path(out) / "scale"
+    C.check_only(only, [C.label(t) for t in world_topologies(4)], "configuration")
+    out_dir = C.sub_dir(out, "scale", quick)
     data = out_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "prepare.log"
