@@ -257,3 +257,140 @@ def test_epoch_quick_outputs(tmp_path):
         assert r["cpu_count"] >= 1 and r["load1_before"] >= 0 and r["load1_after"] >= 0
     doc = _check_outputs(tmp_path / "epoch-quick")
     assert doc["groups"] == 1 and "Planner hits" in md
+
+
+# ----------------------------------------------------------------------------- plots
+def _comm_rows():
+    rows = []
+    for ds, n in (("squirrel", 5201), ("physics", 34493), ("sbm20k", 20000)):
+        for model in ("gcn", "gcnii"):
+            for L in (4, 8, 16, 32, 64):
+                for mode, f in (("graph", 1.0), ("pipeline", 0.3), ("hybrid", 0.6)):
+                    b = (L if mode == "graph" else (1 + L / 64)) * f * n * 400 * (2 if model == "gcnii" else 1)
+                    r = {"dataset": ds, "nodes": n, "model": model, "layers": L, "hidden": 100, "mode": mode,
+                         "pred_total": b}
+                    if L in (8, 16):
+                        r["meas_total"] = b
+                    rows.append(r)
+    return rows
+
+def _epoch_rows(quick=False):
+    rows = []
+    cases = ["sbm2k-gcnii4"] if quick else ["squirrel-gcn16", "squirrel-gcnii16", "sbm20k-gcnii16"]
+    for c in cases:
+        for w, cfgs in ((2, ["G2", "P2c8"]), (4, ["G4", "P4c16", "H2x2c8"])):
+            if quick and w == 2:
+                continue
+            for cfg in cfgs:
+                m = 0.8 if cfg[0] == "G" else 1.0
+                bub = 0.0 if cfg[0] == "G" else 0.2
+                rows.append({"case": c, "world": w, "config": cfg, "mode": {"G": "graph", "P": "pipeline", "H": "hybrid"}[cfg[0]],
+                             "measured_s": m, "run_min_s": m * 0.9, "run_max_s": m * 1.2, "compute_s": m * 0.8,
+                             "comm_s": m * 0.3 + bub, "bubble_s": bub, "pred_s": m * 1.1, "under_load": cfg == "P4c16" and c.startswith("squirrel-gcnii")})
+    return rows
+
+def _memory_rows(quick=False):
+    rows = []
+    for c in (["sbm2k"] if quick else ["squirrel-gcnii32", "physics-gcn16", "sbm20k-gcnii16"]):
+        for cfg in (["G4", "P4c16"] if quick else ["G4", "P4c16", "H2x2c8"]):
+            m = 380 if quick else 900
+            rows.append({"case": c, "config": cfg, "mode": {"G": "graph", "P": "pipeline", "H": "hybrid"}[cfg[0]],
+                         "measured_mb": m * (1.1 if cfg[0] == "P" else 1), "pred_mb": m * 0.95})
+    return rows
+
+def _scale_rows(quick=False):
+    rows = []
+    for n in ((2000,) if quick else (31250, 62500, 125000, 250000, 1000000)):
+        for cfg in ("G4", "P4c16", "H2x2c8") + (() if quick else ("P4c16+bf16",)):
+            if cfg == "P4c16" and n == 1000000:
+                rows.append({"nodes": n, "config": cfg, "skipped": "skipped: too big"})
+                continue
+            rows.append({"nodes": n, "config": cfg, "epoch_s": n / 3e4, "peak_rss_mb": 300 + n / 400,
+                         "pred_s": n / 4e4, "pred_mem_mb": 280 + n / 450})
+    return rows
+
+def _overhead_rows(quick=False):
+    rows = []
+    for ds, m in ([("squirrel", "gcn")] if quick else [("squirrel", "gcn"), ("squirrel", "gcnii"), ("physics", "gcn"), ("physics", "gcnii")]):
+        r = {"dataset": ds, "model": m, "threads": 1, "pyg_adj_t_s": 1.0, "gnnpipe_s": 0.45, "limit_s": 0.2}
+        if not quick:
+            r["pyg_edge_index_s"] = 9.0
+        rows.append(r)
+    return rows
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_plots_draw_from_small_result_rows(tmp_path, quick):
+    # Every plot function on made-up rows of the real shape, full and --quick sized: it
+    # draws, titles carry the settings, and no legend entry names a series not drawn.
+    from gnnpipe.bench import comm, epoch, memory, overhead, scale
+
+    plt = C.pyplot()
+    drawn = {}
+    real_save = C.save_fig
+
+    def keep(fig, path):
+        drawn[path.name] = ([t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else [],
+                            fig.get_suptitle() + " ".join(a.get_title() for a in fig.axes))
+        return real_save(fig, path)
+
+    C.save_fig = keep
+    try:
+        cr = _comm_rows()
+        comm.plot([r for r in cr if r["dataset"] == "sbm20k" and r["layers"] in (4, 8)] if quick else cr,
+                  tmp_path / "comm_volume.png")
+        epoch.plot(_epoch_rows(quick), tmp_path / "epoch_breakdown.png", settings="2 runs x 2 epochs")
+        memory.plot(_memory_rows(quick), tmp_path / "memory.png", settings="4 ranks, --lean-memory")
+        scale.plot(_scale_rows(quick), tmp_path / "scale.png", settings="GCN-16 d=64")
+        overhead.plot(_overhead_rows(quick), tmp_path / "overhead.png", settings="32 layers, d=100")
+    finally:
+        C.save_fig = real_save
+    for name, (legend, title) in drawn.items():
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert legend, name  # one figure legend, below the axes
+    assert drawn["comm_volume.png"][0] == ["gcn", "gcnii", "graph", "pipeline", "hybrid", "measured"]
+    assert "d=100" in drawn["comm_volume.png"][1] and "2 runs x 2 epochs" in drawn["epoch_breakdown.png"][1]
+    assert "4 ranks" in drawn["memory.png"][1] and "GCN-16" in drawn["scale.png"][1]
+    assert ("PyG edge_index" in drawn["overhead.png"][0]) == (not quick)  # not drawn in quick: no entry
+    assert ("* measured under load" in drawn["epoch_breakdown.png"][1]) == (not quick)
+    plt.close("all")
+
+
+def test_epoch_bars_stand_at_the_median():
+    # The stacked parts split the median epoch: the bar's top is the median, not the sum of
+    # per-rank maxima (which exceeds it).
+    from gnnpipe.bench import epoch
+
+    rows = _epoch_rows(True)
+    plt = C.pyplot()
+    real_save = C.save_fig
+    tops = {}
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        for p in ax.patches:
+            x = round(p.get_x() + p.get_width() / 2)
+            tops[x] = max(tops.get(x, 0.0), p.get_y() + p.get_height())
+        plt.close(fig)
+        return path
+
+    C.save_fig = keep
+    try:
+        epoch.plot(rows, C.Path("unused.png"))
+    finally:
+        C.save_fig = real_save
+    for i, r in enumerate(rows):
+        assert r["compute_s"] + r["comm_s"] > r["measured_s"]  # the raw parts overshoot
+        assert tops[i] == pytest.approx(r["measured_s"])
+
+
+def test_log_ticks_are_plain_decimals():
+    plt = C.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [0.30, 0.45])
+    ax.set_yscale("log")
+    C.plain_ticks(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()]
+    assert labels and all("10^" not in t and "times" not in t and "×" not in t for t in labels), labels
+    plt.close(fig)

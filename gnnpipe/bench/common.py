@@ -406,22 +406,76 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
+# ----------------------------------------------------------------------------- plots
+#: One colour per parallel mode and one per model, the same in every plot (Okabe-Ito:
+#: distinguishable with colour-blindness and in grey print). A mode and a model never
+#: share a plot's colour channel: comm colours models and styles modes with dashes.
+MODE_COLORS = {"graph": "#0072B2", "pipeline": "#D55E00", "hybrid": "#009E73"}
+MODEL_COLORS = {"gcn": "#0072B2", "sage": "#E69F00", "gat": "#CC79A7", "gcnii": "#D55E00", "resgcn+": "#009E73"}
+#: Line style per mode where colour is taken by the model.
+MODE_STYLES = {"graph": "-", "pipeline": "--", "hybrid": ":"}
+#: Parts of an epoch (stacked bars) and the code paths of the overhead benchmark.
+PART_COLORS = {"compute": "#56B4E9", "comm": "#E69F00", "bubble": "#999999"}
+PATH_COLORS = {"PyG edge_index": "#999999", "PyG adj_t": "#E69F00", "gnnpipe": "#0072B2", "limit": "#000000"}
+#: Text sizes: readable at the width the PNGs are shown in docs/benchmarks.md.
+FONT = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8,
+        "legend.fontsize": 8, "figure.titlesize": 10}
+
+
 def pyplot():
-    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    """matplotlib.pyplot on the Agg backend (no display needed), with :data:`FONT`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update(FONT)
     return plt
 
 
+def mode_of(config: str) -> str:
+    """The mode of a configuration label (``G4``, ``P4c16``, ``H2x2c8``, ``+bf16`` suffix)."""
+    return {"G": "graph", "P": "pipeline", "H": "hybrid"}.get(config[:1], "graph")
+
+
+def plain_ticks(ax, axis: str = "y") -> None:
+    """Plain decimal tick labels on a (log) axis: ``0.37``, not ``3.72×10⁻¹``.
+
+    Major and minor ticks alike (a log axis spanning less than a decade labels only its
+    minor ticks, in scientific notation by default).
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    def fmt(v, _pos=None):
+        if v <= 0:
+            return ""
+        return f"{v:,.0f}" if v >= 10 else f"{v:.3g}"
+
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    a.set_major_formatter(FuncFormatter(fmt))
+    # A narrow log range has one major tick or none: label the minor ticks at 2 and 5
+    # times a power of ten (not all eight, which overlap).
+    lo, hi = (ax.get_ylim() if axis == "y" else ax.get_xlim())
+    if lo > 0 and hi / lo < 100:
+        a.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        a.set_minor_formatter(FuncFormatter(fmt))
+    else:
+        a.set_minor_formatter(NullFormatter())
+
+
+def legend_below(fig, handles, labels, ncol: int | None = None) -> None:
+    """One legend for the whole figure, below the axes: never over bars or lines, and the
+    same for every panel."""
+    if not handles:
+        return
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol or min(len(handles), 4), frameon=False)
+
+
 def save_fig(fig, path: Path) -> Path:
-    """Save small (100 dpi) and close."""
+    """Save (110 dpi, the whole figure: titles and outside legends included) and close."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08)
     pyplot().close(fig)
     return path
 
