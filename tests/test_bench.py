@@ -197,6 +197,8 @@ def test_load_fields_flag_cells_above_the_cores(capsys):
     assert C.warn_if_loaded(busy, "cell-x") and not C.warn_if_loaded(quiet, "cell-y")
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "load 6.9 > 2 cores around cell-x" in err[0]
+    assert C.warn_if_loaded(quiet, "cell-z", busy)  # one line per cell, the higher snapshot
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_timed_cell_records_the_machine_load():

@@ -70,8 +70,11 @@ def load_snapshot() -> dict:
     return {"load": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count() or 1}
 
 
-def warn_if_loaded(snap: Mapping[str, Any], cell: str) -> bool:
-    """One line on stderr when the 1-minute load exceeds the cores; returns whether it did."""
+def warn_if_loaded(snap: Mapping[str, Any], cell: str, after: Mapping[str, Any] | None = None) -> bool:
+    """One line on stderr when the 1-minute load of ``snap`` (or of ``after``, the same
+    cell's second snapshot) exceeds the cores; returns whether it did."""
+    if after is not None and after["load"][0] > snap["load"][0]:
+        snap = after
     if snap["load"][0] > snap["cpus"]:
         print(f"gnnpipe-bench: warning: load {snap['load'][0]:.1f} > {snap['cpus']} cores around {cell}: "
               "its times are inflated by other processes", file=sys.stderr, flush=True)
@@ -104,13 +107,12 @@ def timed_cell(fn: Callable[[], Any], cell: str) -> tuple[Any, dict]:
 
     Returns:
         (``fn()``, ``{"load_before": snapshot, "load_after": snapshot}``), warning on stderr
-        when either is above the cores.
+        when either is above the cores (one line per cell).
     """
     before = load_snapshot()
-    warn_if_loaded(before, cell)
     out = fn()
     after = load_snapshot()
-    warn_if_loaded(after, cell)
+    warn_if_loaded(before, cell, after)
     return out, {"load_before": before, "load_after": after}
 
 
@@ -191,7 +193,6 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
             # Jobs of one launch run one after another: a job's "before" is the launch's
             # start or the previous job's end (the 0.5 s polling makes that approximate).
             last = load_snapshot()
-            warn_if_loaded(last, group[0].name)
             try:
                 while True:
                     rc = p.poll()
@@ -200,7 +201,7 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
                             done.add(j.name)
                             now = load_snapshot()
                             loads[j.name] = {"load_before": last, "load_after": now}
-                            warn_if_loaded(now, j.name)
+                            warn_if_loaded(last, j.name, now)
                             last = now
                             if bar is not None:
                                 bar.update(1)
