@@ -458,7 +458,7 @@ def plain_ticks(ax, axis: str = "y") -> None:
     # times a power of ten (not all eight, which overlap).
     lo, hi = (ax.get_ylim() if axis == "y" else ax.get_xlim())
     if lo > 0 and hi / lo < 100:
-        a.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        a.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0) if hi / lo < 10 else (2.0, 5.0)))
         a.set_minor_formatter(FuncFormatter(fmt))
     else:
         a.set_minor_formatter(NullFormatter())

@@ -238,6 +238,10 @@ def plot(rows: list[dict], path: Path, settings: str = "") -> Path:
     ax.set_xticklabels([f"{r['dataset']} {r['model']}\n{r['threads']} thread(s)" for r in rows])
     ax.set_xlim(-0.8, len(rows) - 0.2)  # one group (--quick): bars of the usual width, not the whole axis
     ax.set_yscale("log")
+    # Room below the smallest bar: on a log axis the bottom is arbitrary, and a bar ending
+    # at the axis' edge reads as zero.
+    vals = [r[k] for r in rows for k, _ in series if k in r]
+    ax.set_ylim(min(vals) / 2, max(vals) * 1.3)
     C.plain_ticks(ax)
     ax.set_ylabel("seconds per epoch")
     C.legend_below(fig, [Patch(color=C.PATH_COLORS[lab]) for _, lab in series], [lab for _, lab in series])
