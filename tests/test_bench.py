@@ -325,7 +325,7 @@ def _overhead_rows(quick=False):
 def test_plots_draw_from_small_result_rows(tmp_path, quick):
     # Every plot function on made-up rows of the real shape, full and --quick sized: it
     # draws, titles carry the settings, and no legend entry names a series not drawn.
-    from gnnpipe.bench import comm, epoch, memory, overhead, scale
+    from gnnpipe.bench import accuracy, comm, epoch, memory, overhead, scale
 
     plt = C.pyplot()
     drawn = {}
@@ -345,6 +345,8 @@ def test_plots_draw_from_small_result_rows(tmp_path, quick):
         memory.plot(_memory_rows(quick), tmp_path / "memory.png", settings="4 ranks, --lean-memory")
         scale.plot(_scale_rows(quick), tmp_path / "scale.png", settings="GCN-16 d=64")
         overhead.plot(_overhead_rows(quick), tmp_path / "overhead.png", settings="32 layers, d=100")
+        accuracy.plot([{"name": "cora-gcn2-graph", "seed": 0, "ok": True, "test_acc": 0.705,
+                        "epochs": 20 if quick else 200}], tmp_path / "accuracy.png")
     finally:
         C.save_fig = real_save
     for name, (legend, title) in drawn.items():
@@ -355,6 +357,7 @@ def test_plots_draw_from_small_result_rows(tmp_path, quick):
     assert "4 ranks" in drawn["memory.png"][1] and "GCN-16" in drawn["scale.png"][1]
     assert ("PyG edge_index" in drawn["overhead.png"][0]) == (not quick)  # not drawn in quick: no entry
     assert ("* measured under load" in drawn["epoch_breakdown.png"][1]) == (not quick)
+    assert ("not a test of the targets" in drawn["accuracy.png"][1]) == quick  # 20 of 200 epochs
     plt.close("all")
 
 

@@ -117,6 +117,65 @@ def summarize(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(results: list[dict], path: Path) -> Path:
+    """Test accuracy per configuration: mean over seeds (bar, coloured by mode), one dot per
+    seed, and the configuration's numeric target as a tick. A configuration run for fewer
+    epochs than its schedule says so under its label (its target is not being tested).
+
+    Args:
+        results: run records of :func:`run_one` (failed runs are left out).
+        path: the PNG.
+
+    Returns:
+        ``path``.
+    """
+    import re
+    import statistics
+
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from gnnpipe.bench import common as C
+
+    by: dict[str, list[dict]] = {}
+    for r in results:
+        if r.get("ok"):
+            by.setdefault(r["name"], []).append(r)
+    names = [n for n in CONFIGS if n in by]
+    plt = C.pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.8, 0.6 * len(names) + 1.5), 4.0), layout="constrained")
+    short = False
+    labels = []
+    for x, name in enumerate(names):
+        accs = [100 * r["test_acc"] for r in by[name]]
+        mode = name.rsplit("-", 1)[1] if name.rsplit("-", 1)[1] in C.MODE_COLORS else "graph"
+        ax.bar(x, statistics.mean(accs), 0.7, color=C.MODE_COLORS[mode])
+        ax.plot([x] * len(accs), accs, "o", color="black", ms=3.5)
+        m = re.match(r">= ([0-9.]+)", CONFIGS[name][3])
+        if m:
+            ax.plot([x - 0.4, x + 0.4], [float(m.group(1))] * 2, color="black", lw=1.5, ls="--")
+        flags = CONFIGS[name][2]
+        full = int(flags[flags.index("--epochs") + 1])
+        ran = min(r.get("epochs", full) for r in by[name])
+        label = name
+        if ran < full:
+            label += f"\n{ran} of {full} epochs:\ntarget not tested"
+            short = True
+        labels.append(label)
+    ax.set_xticks(range(len(names)), labels, rotation=90 if len(names) > 4 else 0)
+    ax.set_xlim(-0.8, len(names) - 0.2)  # one configuration (--quick): a bar of the usual width
+    ax.set_ylabel("test accuracy % at best validation")
+    ax.set_ylim(0, 100)
+    modes = [m for m in C.MODE_COLORS if any(n.endswith("-" + m) for n in names)]
+    C.legend_below(fig, [Patch(color=C.MODE_COLORS[m]) for m in modes]
+                   + [Line2D([], [], color="black", marker="o", ls="none"), Line2D([], [], color="black", ls="--")],
+                   modes + ["one seed", "target"])
+    seeds = sorted({r["seed"] for rs in by.values() for r in rs})
+    ax.set_title(f"Accuracy, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" + (": a shortened run, not a test of the targets"
+                                                                     if short else ""), fontsize=9.5)
+    return C.save_fig(fig, path)
+
+
 MARK_BEGIN, MARK_END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
 
@@ -172,6 +231,8 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
         results_file.write_text(json.dumps(results, indent=2) + "\n")
     md = summarize(results)
     C.write_results(out / sub, results, md, {"seeds": seeds, "epochs_override": epochs})
+    if any(r.get("ok") for r in results):
+        plot(results, out / sub / "accuracy.png")
     return results, md
 
 

@@ -25,7 +25,7 @@ SECTIONS = {
     "memory": ("memory.png",),
     "scale": ("scale.png",),
     "overhead": ("overhead.png",),
-    "accuracy": (),
+    "accuracy": ("accuracy.png",),
 }
 
 
