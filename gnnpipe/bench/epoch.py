@@ -14,6 +14,7 @@ fastest measured configuration. Averages across configurations are geometric mea
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 from typing import Sequence
@@ -135,10 +136,9 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     C.write_results(out_dir, rows, md, {"planner": hits, "within_25pct": within, "measured": len(ok),
                                         "planner_hits": sum(h["hit"] for h in hits), "groups": len(hits),
                                         "runs": runs, "epochs": epochs, "profile": prof.name})
-    import os
-
-    plot(ok, out_dir / "epoch_breakdown.png",
-         settings=f"{runs} runs x {epochs - 1} epochs each (first skipped), {os.cpu_count()} cores, profile {prof.name}")
+    if ok:
+        plot(ok, out_dir / "epoch_breakdown.png",
+             settings=f"{runs} runs x {epochs - 1} epochs each (first skipped), {os.cpu_count()} cores, profile {prof.name}")
     return rows, md
 
 

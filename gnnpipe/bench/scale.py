@@ -182,8 +182,6 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
     md = summarize(rows)
     C.write_results(out_dir, rows, md, {"model": f"{MODEL}-{LAYERS} d={HIDDEN}", "degree": DEGREE, "features": FEATURES,
                                         "world": 4, "partitioner": method})
-    import os
-
     plot(rows, out_dir / "scale.png", settings=f"{MODEL.upper()}-{LAYERS} d={HIDDEN}, degree {DEGREE}, 4 ranks on "
                                                 f"{os.cpu_count()} cores, --lean-memory, 2 epochs")
     return rows, md
