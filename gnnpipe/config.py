@@ -94,7 +94,7 @@ class TrainConfig:
     resume: str | None = _f(None, "resume from this run/checkpoint directory")
     progress: bool = _f(True, "progress bar on rank 0")
     lean_memory: bool = _f(False, "return freed tensors to the OS at once (glibc mmap threshold 1 MiB): "
-                           "about half the peak RSS on CPU, epochs about 2.5x slower")
+                           "about half the peak RSS on CPU, epochs 2.6-3.4x slower (docs/benchmarks.md, scale)")
     verify_data: bool = _f(True, "recompute a prepared dataset's content hash and refuse it if its arrays changed "
                            "(cached by file size and mtime in <dataset>/.verified.json; --no-verify-data skips it)")
     overwrite: bool = _f(False, "start afresh in an --out that holds an earlier run: deletes its config.json, "

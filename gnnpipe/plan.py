@@ -100,7 +100,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from gnnpipe import GnnpipeError
 from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
@@ -300,8 +300,13 @@ class HardwareProfile:
     shared_slowdown: float = 1.0
     oversub_slowdown: float = 1.0
     dropout_values_s: float = 0.0  # 0: ELEM_PASSES·s/2 bytes per value at mem_bytes_s
+    #: ``gnnpipe-train --device`` on this machine (``cpu`` or ``cuda``): the planner's
+    #: recommended command carries it.
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise GnnpipeError(f"profile {self.name!r}: device must be 'cpu' or 'cuda', got {self.device!r}")
         if not self.cores_per_host:
             object.__setattr__(self, "cores_per_host", float(self.devices_per_node))
         if not self.gather_bytes_s:
@@ -337,14 +342,32 @@ def profiles_dir() -> Path:
     return Path(str(resources.files("gnnpipe") / "profiles"))
 
 
+#: Environment variable naming the user profile directory (``gnnpipe-plan calibrate``
+#: writes there; :func:`load_profile` looks there before the shipped profiles).
+PROFILE_DIR_ENV = "GNNPIPE_PROFILE_DIR"
+
+
+def user_profiles_dir() -> Path:
+    """The user profile directory: ``$GNNPIPE_PROFILE_DIR``, else ``./profiles``.
+
+    Calibrated profiles live here, never in the package: the shipped files are tracked and
+    hand-merged, and a measurement of one machine must not rewrite them.
+    """
+    return Path(os.environ.get(PROFILE_DIR_ENV) or "profiles")
+
+
 def list_profiles() -> list[str]:
-    """Names of the shipped profiles."""
-    d = profiles_dir()
-    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+    """Names of the profiles :func:`load_profile` finds by name (user ones and shipped)."""
+    names: set[str] = set()
+    for d in (user_profiles_dir(), profiles_dir()):
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml"))
+    return sorted(names)
 
 
 def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
-    """Read a hardware profile TOML: a path, or the name of a shipped profile.
+    """Read a hardware profile TOML: a path, or the name of a profile in
+    :func:`user_profiles_dir` (first) or among the shipped ones.
 
     The file has a ``[profile]`` table with ``name``, ``description``, ``source`` and every
     field of :data:`PROFILE_FIELDS` (numbers).
@@ -355,13 +378,14 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
     """
     p = Path(name_or_path)
     if not p.is_file():
-        cand = profiles_dir() / f"{name_or_path}.toml"
-        if not cand.is_file():
+        cands = [d / f"{name_or_path}.toml" for d in (user_profiles_dir(), profiles_dir())]
+        found = [c for c in cands if c.is_file()]
+        if not found:
             raise GnnpipeError(
-                f"profile {str(name_or_path)!r}: not a file and not a shipped profile "
-                f"(shipped: {', '.join(list_profiles()) or 'none'})"
+                f"profile {str(name_or_path)!r}: not a file, not in {user_profiles_dir()}/ and not shipped "
+                f"(known: {', '.join(list_profiles()) or 'none'})"
             )
-        p = cand
+        p = found[0]
     try:
         data = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
@@ -389,9 +413,12 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
             raise GnnpipeError(f"{p}: field profile.{k} must be a positive number, got {v!r} ({what})")
         kw[k] = float(v)
     kw["devices_per_node"] = int(kw["devices_per_node"])
+    dev = tab.get("device", "cpu")
+    if dev not in ("cpu", "cuda"):
+        raise GnnpipeError(f"{p}: field profile.device must be 'cpu' or 'cuda', got {dev!r}")
     return HardwareProfile(
         name=str(tab.get("name", p.stem)), description=str(tab.get("description", "")),
-        source=str(tab.get("source", "")), **kw,
+        source=str(tab.get("source", "")), device=dev, **kw,
     )
 
 
@@ -402,6 +429,7 @@ def profile_toml(profile: HardwareProfile, comments: Sequence[str] = ()) -> str:
     for k in ("name", "description", "source"):
         v = getattr(profile, k).replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'{k} = "{v}"')
+    lines.append(f'device = "{profile.device}"  # gnnpipe-train --device')
     for k, what in PROFILE_FIELDS.items():
         v = getattr(profile, k)
         lines.append(f"{k} = {int(v) if k == 'devices_per_node' else float(v):.6g}  # {what}"
@@ -1108,11 +1136,13 @@ def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
 
 def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: HardwareProfile,
                  chunk_factors: Sequence[int] = CHUNK_FACTORS, estimate: bool = True,
-                 estimate_nodes: int = 20000, seed: int = 0) -> list[Prediction]:
+                 estimate_nodes: int = 20000, seed: int = 0,
+                 progress: Callable[[str], None] | None = None) -> list[Prediction]:
     """Predict every feasible configuration and rank them.
 
     Missing partition facts (Σ M_p for P = world parts or D ways) are estimated from a
-    synthetic graph (:func:`estimate_part_info`) when ``estimate``.
+    synthetic graph (:func:`estimate_part_info`) when ``estimate``; ``progress`` (if given)
+    receives one line per partition estimated.
 
     Returns:
         predictions, those that fit memory first, each group by predicted epoch time.
@@ -1129,7 +1159,7 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             raise GnnpipeError(f"graph stats for {stats.name!r}: no partition facts for {need} parts")
         if estimate:
             est = estimate_part_info(stats.num_nodes, stats.num_edges, need, sample_nodes=estimate_nodes,
-                                     seed=seed, chunks=need_chunks)
+                                     seed=seed, chunks=need_chunks, progress=progress)
             merged = []
             for e in est:
                 have = stats.parts.get(e.parts) if e.parts > 1 or 1 in stats.parts else None
@@ -1145,12 +1175,31 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
     return preds
 
 
-def train_command(pred: Prediction, dataset: str, spec: ModelSpec) -> str:
-    """The ``gnnpipe-train`` command line for a prediction."""
+def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str = "cpu",
+                  synth: Mapping[str, Any] | None = None) -> str:
+    """The ``gnnpipe-train`` command line for a prediction.
+
+    Args:
+        pred: the chosen configuration.
+        dataset: ``--dataset`` (a prepared name, or ``sbm`` / ``rmat``).
+        spec: the planned model.
+        device: ``--device`` (the profile's; only ``cuda`` is written, ``cpu`` is the default).
+        synth: ``TrainConfig`` ``synth_*`` fields of a built-in synthetic graph (e.g.
+            ``{"synth_nodes": 1000000, "synth_degree": 20.0}``), so the command trains the
+            graph that was planned and not the 20k-node default.
+
+    Returns:
+        one shell line.
+    """
     t = pred.topology
-    base = f"mpirun -np {t.world} gnnpipe-train --dataset {dataset} --model {spec.model} --layers {spec.layers} --hidden {spec.hidden}"
+    base = f"mpirun -np {t.world} gnnpipe-train --dataset {dataset}"
+    for k, v in (synth or {}).items():
+        base += f" --{k.replace('_', '-')} {v}"
+    base += f" --model {spec.model} --layers {spec.layers} --hidden {spec.hidden}"
     if spec.model == "gat":
         base += f" --heads {spec.heads}"
+    if device != "cpu":
+        base += f" --device {device}"
     if t.mode == "graph":
         return f"{base} --mode graph --parts {t.ways}"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
@@ -1235,7 +1284,8 @@ def chunk_counts(topologies: Sequence[ParallelDims]) -> dict[int, list[int]]:
 
 def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sample_nodes: int = 20000,
                        generator: str = "rmat", seed: int = 0,
-                       chunks: Mapping[int, Sequence[int]] | None = None) -> list[PartInfo]:
+                       chunks: Mapping[int, Sequence[int]] | None = None,
+                       progress: Callable[[str], None] | None = None) -> list[PartInfo]:
     """Estimate partition facts of a graph we do not have from a scaled-down synthetic one.
 
     Generates a graph of ``n' = min(N, sample_nodes)`` nodes with the same average degree
@@ -1256,6 +1306,8 @@ def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sam
             (``1`` for the pure pipeline), scaled by ``N/n'`` like Σ M_p. A chunk of the
             sample has ``C`` times fewer nodes than the real one at the same C, so this
             assumes the out-of-chunk neighbours grow with the nodes, as the halo does.
+        progress: called with one line before each number of parts is partitioned (one
+            METIS run per plan: the cost grows with the sample's edges and the chunk counts).
 
     Returns:
         one :class:`PartInfo` per entry of ``parts`` (``source`` says how it was made).
@@ -1278,10 +1330,14 @@ def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sam
         raise GnnpipeError(f"generator: expected 'rmat' or 'sbm', got {generator!r}")
     out = []
     chunks = dict(chunks or {})
-    for p in sorted(set(parts) | set(chunks)):
+    todo = sorted(set(parts) | set(chunks))
+    for i, p in enumerate(todo, 1):
         if not (1 if p in chunks else 2) <= p <= n:
             raise GnnpipeError(f"parts: expected 2..{n} for the estimate, got {p}")
         cs = [c for c in chunks.get(p, ()) if c * p <= n]
+        if progress is not None:
+            progress(f"partitioning the {n:,}-node sample: {p} part(s)"
+                     + (f" x chunks {cs}" if cs else "") + f" ({i}/{len(todo)})")
         pi = part_info_from_plan(g, p, seed, chunks=cs)
         out.append(PartInfo(
             p, int(round(pi.sum_m * scale)), int(math.ceil(pi.max_nodes * scale)),

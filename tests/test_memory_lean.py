@@ -215,5 +215,5 @@ def test_scale_guard_skips_points_that_do_not_fit(tmp_path):
         assert "epoch_s" not in r
         # every rank counted: at least the busiest rank, at most 4 x it
         assert r["pred_mem_mb"] <= r["pred_total_mb"] <= 4 * r["pred_mem_mb"] + 1e-6
-    saved = json.loads((tmp_path / "scale" / "results.json").read_text())
+    saved = json.loads((tmp_path / "scale-quick" / "results.json").read_text())
     assert len(saved["rows"]) == 3 and "skipped" in md

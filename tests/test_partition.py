@@ -454,6 +454,27 @@ def test_cli_writes_reuses_refuses(prepared, tmp_path, capsys):
     assert rc == 0 and json.loads(stdout)["meta"]["params"]["method"] == "random"
 
 
+def test_cli_summary_names_its_model_and_follows_the_flags(prepared, tmp_path, capsys):
+    from gnnpipe.partition import volume
+
+    rc, stdout, _ = run_cli([prepared, "--parts", 2, "--dry-run"], capsys)
+    assert rc == 0 and "for the model gcn L=32 d=100" in stdout and "GiB" in stdout and " GB" not in stdout
+    rc, stdout, _ = run_cli([prepared, "--parts", 2, "--dry-run", "--json", "--model", "gcnii", "--layers", 8,
+                             "--hidden", 16], capsys)
+    doc = json.loads(stdout)
+    v, sum_m = doc["volume_for_model"], doc["stats"]["parts"]["halo_sum"]
+    assert v["model_shape"]["model"] == "gcnii" and v["model_shape"]["layers"] == 8
+    assert v["graph_parallel_ours"] == volume.graph_parallel_bytes(sum_m, v["model_shape"]["features"], 8, 16, 4,
+                                                                   "gcnii", "ours")
+    assert doc["stats"]["volume"]["model_shape"]["layers"] == 32  # stats.json keeps the default shape
+    rc, stdout, _ = run_cli([prepared, "--parts", 2, "--dry-run", "--model", "gcnii", "--layers", 8, "--hidden", 16],
+                            capsys)
+    gib = v["pipeline"] / 2**30
+    assert "gcnii L=8 d=16" in stdout and f"{gib:.3f} GiB" in stdout
+    rc, _, err = run_cli([prepared, "--parts", 2, "--dry-run", "--model", "mlp"], capsys)
+    assert rc == 2 and "--model: expected one of" in err
+
+
 def test_cli_default_out_and_dry_run(prepared, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GNNPIPE_PARTITION_ROOT", str(tmp_path / "proot"))
     rc, stdout, err = run_cli([prepared, "--parts", 2, "--chunks", 2, "--dry-run"], capsys)

@@ -279,8 +279,33 @@ def test_bad_profile_names_file_and_field(tmp_path):
     bad.write_text('[profile]\nname = "x"\ngemm_flops_s = 1e12\n')
     with pytest.raises(GnnpipeError, match=r"bad\.toml: field profile\.spmm_edge_width_s missing"):
         load_profile(bad)
-    with pytest.raises(GnnpipeError, match="not a shipped profile"):
+    with pytest.raises(GnnpipeError, match="not shipped"):
         load_profile("no-such-profile")
+
+
+def test_user_profiles_come_first(tmp_path, monkeypatch):
+    # A calibrated profile lives in the user directory and shadows a shipped one of the
+    # same name; the shipped file is never the one written.
+    shipped = load_profile("a5000-100gbe")
+    text = (Path(__file__).resolve().parents[1] / "gnnpipe/profiles/a5000-100gbe.toml").read_text()
+    (tmp_path / "a5000-100gbe.toml").write_text(text.replace('name = "a5000-100gbe"', 'name = "mine"'))
+    (tmp_path / "only-mine.toml").write_text(text)
+    monkeypatch.setenv("GNNPIPE_PROFILE_DIR", str(tmp_path))
+    assert load_profile("a5000-100gbe").name == "mine"
+    assert "only-mine" in list_profiles() and "h100-nvlink" in list_profiles()
+    assert load_profile("only-mine").gemm_flops_s == shipped.gemm_flops_s
+    assert shipped.device == "cuda" and load_profile("cpu-this-machine").device == "cpu"
+
+
+def test_auto_estimate_nodes_bounds():
+    from gnnpipe.cli.plan import ESTIMATE_EDGE_BUDGET, auto_estimate_nodes
+
+    # Reddit's degree: the sample is cut to the edge budget, not 20,000 nodes.
+    n = auto_estimate_nodes(232965, 114615892, 64)
+    assert 1000 <= n and n * 114615892 / 232965 <= 1.01 * ESTIMATE_EDGE_BUDGET
+    assert auto_estimate_nodes(1000000, 20000000, 4) == 20000   # 400k edges: the node cap
+    assert auto_estimate_nodes(500, 5000, 4) == 500             # never more than the graph
+    assert auto_estimate_nodes(10**7, 10**10, 512) == 8 * 512   # room for parts x chunks
 
 
 # ------------------------------------------------------------------ CLI
@@ -311,10 +336,43 @@ def test_cli_json_64_gpus():
     assert out["recommended"].startswith("mpirun -np 64 gnnpipe-train")
 
 
+@pytest.mark.parametrize("profile,device", [("a5000-100gbe", "cuda"), ("cpu-this-machine", "cpu")])
+def test_recommended_command_trains_what_was_planned(profile, device):
+    # The printed command, parsed by the trainer's own parser, names the planned graph
+    # (sizes of the generated R-MAT graph), device, mode, ways, stages and chunks.
+    import shlex
+
+    from gnnpipe.config import parse_config
+
+    r = _cli("rmat", "--stats", "200000,2000000,64,5", "--world", "4", "--layers", "16", "--hidden", "64",
+             "--model", "gcnii", "--profile", profile, "--history-dtype", "bfloat16", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    best = [p for p in out["predictions"] if p["fits"]][0]["topology"]
+    argv = shlex.split(out["recommended"])
+    assert argv[:4] == ["mpirun", "-np", "4", "gnnpipe-train"]
+    cfg, _ = parse_config(argv[4:])
+    assert (cfg.dataset, cfg.synth_nodes, cfg.synth_features, cfg.synth_classes) == ("rmat", 200000, 64, 5)
+    assert int(cfg.synth_nodes * cfg.synth_degree) == 2000000
+    assert (cfg.model, cfg.layers, cfg.hidden, cfg.device) == ("gcnii", 16, 64, device)
+    assert cfg.mode == best["mode"]
+    if cfg.mode == "graph":
+        assert cfg.parts == best["ways"]
+    else:
+        assert (cfg.ways, cfg.stages, cfg.chunks, cfg.history_dtype) == (best["ways"], best["stages"], best["chunks"],
+                                                                         "bfloat16")
+    # The table prints the same command.
+    t = _cli("rmat", "--stats", "200000,2000000,64,5", "--world", "4", "--layers", "16", "--hidden", "64",
+             "--model", "gcnii", "--profile", profile, "--history-dtype", "bfloat16")
+    assert out["recommended"] in t.stdout
+    assert "estimated from a 20,000-node R-MAT graph" in t.stderr
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--stats", "10,x,5", "--world", "2"], "--stats: expected comma-separated integers"),
     (["--stats", "100,400,5", "--world", "0"], "--world: expected at least 1"),
-    (["--stats", "100,400,5", "--world", "2", "--profile", "nope"], "not a shipped profile"),
+    (["--stats", "100,400,5", "--world", "2", "--profile", "nope"], "not shipped"),
+    (["rmat", "--world", "2"], "give its size with --stats"),
     (["--stats", "100,400,5", "--world", "2", "--model", "mlp"], "model: expected one of"),
     (["no-such-dataset", "--world", "2"], "not found"),
 ])

@@ -136,6 +136,61 @@ def test_validate_repredicts_stored_epoch_results(tmp_path, capsys):
     (d / "results.json").write_text("{not json")
     assert main(["validate", str(d)]) == 2
     assert "not a readable epoch results.json" in capsys.readouterr().err
+    # Cells measured under load are left out (and counted) unless asked for.
+    rows[1].update(under_load=True, load1_before=6.9, cpu_count=2)
+    (d / "results.json").write_text(json.dumps({"rows": rows}))
+    assert main(["validate", str(d), "--json"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert [r["config"] for r in out["rows"]] == ["G4", "H2x2c8"] and out["left_out_under_load"] == 1
+    assert cap.err.strip().splitlines() == ["gnnpipe-plan validate: left out 1 row(s) measured under load "
+                                            "(--include-loaded keeps them)"]
+    assert main(["validate", str(d), "--include-loaded"]) == 0
+    md = capsys.readouterr().out
+    assert "P4c16 *" in md and "1 of 3 measured while the 1-minute load exceeded the cores" in md
+
+
+def test_validate_without_results_says_what_to_run(tmp_path, capsys):
+    from gnnpipe.cli.plan import main
+
+    assert main(["validate", str(tmp_path / "results" / "epoch")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run `gnnpipe-bench epoch` first" in err[0]
+
+
+def test_calibrate_never_writes_a_shipped_profile(capsys):
+    from gnnpipe.cli.plan import main
+    from gnnpipe.plan import profiles_dir
+
+    target = profiles_dir() / "cpu-this-machine.toml"
+    before = target.read_bytes()
+    assert main(["calibrate", "--out", str(target)]) == 2
+    assert "that is a shipped profile" in capsys.readouterr().err
+    assert target.read_bytes() == before
+
+
+def test_calibrate_writes_the_user_profile_dir(tmp_path, monkeypatch, capsys):
+    # The measurements are stubbed (the real ones take a minute): what is checked is where
+    # the profile goes and that the planner then finds it by name.
+    from gnnpipe.cli import plan as P
+
+    fake = {"gemm_flops_s": 5e10, "spmm_edge_width_s": 5e9, "spmm_by_width": {64: 5e9}, "mem_bytes_s": 5e9,
+            "unit_overhead_s": 1e-4, "bw_bytes_s": 2e9, "latency_s": 5e-5, "p2p": {8: 5e-5}}
+    monkeypatch.setattr(P, "measure", lambda quick, p2p: fake)
+    monkeypatch.setattr(P, "measure_dropout", lambda quick: 1e8)
+    monkeypatch.setattr(P, "measure_units", lambda *a, **k: {"spmm_edge_width_s": 4e9, "mem_bytes_s": 3e9,
+                                                             "unit_overhead_s": 2e-4, "fit": []})
+    monkeypatch.setattr(P, "measure_chunk_path", lambda quick: {"gather_bytes_s": 5e9, "chunk_overhead_s": 1e-5})
+    monkeypatch.setattr(P, "measure_contention", lambda cores, quick: {
+        "alone_s": 0.01, "cores_s": 0.011, "oversub_s": 0.025, "shared_slowdown": 1.1, "oversub_slowdown": 1.1})
+    monkeypatch.setattr(P, "measure_collectives", lambda cores, quick: {
+        "coll_overhead_s": 1e-4, "oversub_wait_s": 1e-3, "oversub_iter_s": 0.02, "work_alone_s": 0.01})
+    monkeypatch.setattr(P, "measure_base_mem", lambda: 3e8)
+    monkeypatch.setenv("GNNPIPE_PROFILE_DIR", str(tmp_path / "mine"))
+    assert P.main(["calibrate"]) == 0
+    assert (tmp_path / "mine" / "cpu-this-machine.toml").is_file()
+    assert "wrote " + str(tmp_path / "mine" / "cpu-this-machine.toml") in capsys.readouterr().err
+    assert load_profile("cpu-this-machine").unit_overhead_s == pytest.approx(2e-4)
 
 
 def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):

@@ -1,7 +1,8 @@
 """``gnnpipe-bench SUB [--out results/] [--quick]``: the paper's experiments, one command each.
 
 Subcommands (each writes ``results.csv``, ``results.json``, ``summary.md`` and PNG plots
-into ``<out>/<SUB>/`` and prints the summary table):
+into ``<out>/<SUB>/`` — ``<out>/<SUB>-quick/`` with ``--quick`` — and prints the summary
+table; nothing outside ``<out>`` is written):
 
     comm      bytes per epoch of graph / pipeline / hybrid across depths, measured vs predicted
     epoch     epoch time (compute / comm / bubble), 2 and 4 ranks, vs the cost model and planner
@@ -11,8 +12,11 @@ into ``<out>/<SUB>/`` and prints the summary table):
     accuracy  the paper's accuracy protocol (long; --only, --seeds, --epochs)
     cluster   training on emulated hosts with shaped links (root): one job, or --sweep over
               link rates x modes x graphs x models (own flags: gnnpipe-bench cluster --help)
+    report    render docs/benchmarks.md's tables from the stored results (--doc, --plots)
 
-``--quick`` makes each finish in about a minute (tiny graphs, one run).
+``--quick`` makes each finish in about a minute (tiny graphs, one run). Every cell records
+the load average and core count before and after it, and a line on stderr warns when the
+1-minute load exceeds the cores.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Sequence
 from gnnpipe import GnnpipeError
 from gnnpipe.cli import ArgumentParser
 
-SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster")
+SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "report")
 
 
 def _ints(s: str) -> list[int]:
@@ -51,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="scale: partition graphs with more nodes than this randomly (default: never)")
     ap.add_argument("--history-dtype", choices=("float32", "bfloat16"), default="float32",
                     help="scale: pipeline/hybrid history buffers (default float32; such rows are labelled +bf16)")
+    ap.add_argument("--doc", type=Path, default=None, help="report: markdown file to fill (default docs/benchmarks.md)")
+    ap.add_argument("--plots", action="store_true", help="report: also copy the stored PNGs into the doc's img/")
     ap.add_argument("--debug", action="store_true", help="tracebacks")
     return ap
 
@@ -126,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gnnpipe-bench {args.sub}: error: {e}", file=sys.stderr)
         return 2
     print(md)
-    print(f"\n(results in {args.out / args.sub}/)")
+    if args.sub != "report":
+        from gnnpipe.bench.common import sub_dir
+
+        print(f"\n(results in {sub_dir(args.out, args.sub, args.quick)}/)")
     return 0
 
 
@@ -159,6 +168,11 @@ def _dispatch(args: argparse.Namespace) -> str:
         from gnnpipe.bench import overhead
 
         return overhead.run(args.out, only=args.only, **kw)[1]
+    if args.sub == "report":
+        from gnnpipe.bench import common as C
+        from gnnpipe.bench import report
+
+        return report.run(args.out, args.doc or C.REPO / "docs" / "benchmarks.md", only=args.only, plots=args.plots)
     from gnnpipe.bench import accuracy
 
     return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **kw)[1]
