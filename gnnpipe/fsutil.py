@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 
 @contextmanager
