@@ -3,6 +3,9 @@ bad input gives one GnnpipeError line naming the attribute and the fix."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -52,6 +55,9 @@ def test_graph_is_exported_lazily_from_the_package_root():
     assert gnnpipe.Graph is Graph and "Graph" in gnnpipe.__all__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         gnnpipe.nope  # noqa: B018
+    # and `import gnnpipe` alone loads neither the graph module nor numpy
+    code = "import sys, gnnpipe; assert not {'numpy', 'gnnpipe.data.graph'} & set(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # ------------------------------------------------------------------ PyG round trips
