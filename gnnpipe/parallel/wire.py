@@ -1,0 +1,231 @@
+"""Wire formats for boundary messages: rows of embeddings or gradients as bytes (issue 20).
+
+A message of ``n`` rows of width ``d`` is a uint8 tensor ``[n, row_bytes(d, fmt)]``: one
+wire row per embedding row, so a message can be sliced by rows (per peer, per chunk) before
+or after encoding, and an all-to-all moves plain bytes. Pure tensor code: nothing here
+communicates, and every tensor is made on the input's device.
+
+Layout of one wire row (byte offsets; multi-byte fields are in the host's byte order, which
+is little-endian on every machine gnnpipe runs on: x86-64, aarch64, CUDA)::
+
+    float32   [0, 4d)        the d float32 values, bit for bit              row_bytes = 4 d
+    bfloat16  [0, 2d)        the d values rounded to bfloat16               row_bytes = 2 d
+    int8      [0, 4)         scale  s, float32                             row_bytes = 8 + d
+              [4, 8)         offset o, float32
+              [8, 8 + d)     code q_j in 0..255 of column j, one byte each
+    int4      [0, 4), [4, 8) scale s, offset o, float32, as for int8        row_bytes = 8 + ceil(d / 2)
+              [8 + j // 2]   code q_j in 0..15: even j in the low nibble
+                             (bits 0-3), odd j in the high nibble (bits 4-7); for odd d the
+                             high nibble of the row's last byte is 0 (padding is per row, so
+                             rows stay independently sliceable)
+
+``float32`` is lossless (for a contiguous float32 input, :func:`encode` is a zero-copy byte
+view, and :func:`decode` a zero-copy float view of the buffer). ``bfloat16`` rounds to
+nearest, ties to even (``Tensor.to(torch.bfloat16)``); NaN and ±Inf pass through, finite
+values beyond bfloat16's range become ±Inf.
+
+Integer formats (``L = 255`` for int8, ``15`` for int4) quantise each row affinely, with
+float32 arithmetic specified exactly so that any implementation produces the same bytes:
+
+- ``o = min_j x_j``; ``s = float32((float64(max_j x_j) - float64(o)) / L)``.
+- ``t_j = min(max(float32(float32(x_j - o) * r), 0), L)`` with
+  ``r = min(float32(1 / s), FLT_MAX)`` (so a constant row, s = 0, has t = 0).
+- Stochastic rounding: ``q_j = floor(t_j) + [u_j < t_j - floor(t_j)]`` where ``u_j = k_j / 2**24``
+  and ``k_j`` is the low 24 bits of the keyed hash below. ``P(round up)`` is the fraction
+  rounded up to a multiple of 2**-24, so ``E[q_j] = t_j`` to within 2**-24 of a step: the
+  decoded row is unbiased (up to float32 rounding of ``t`` itself, ~1e-7 of the range).
+- Decoding: ``x'_j = float32(o + float32(s * q_j))`` (a multiply, then an add; no fused
+  multiply-add, so CPU and reference agree bit for bit). ``|x_j - x'_j| <= s`` plus float32
+  rounding of the values themselves.
+
+Why affine (scale and offset) rather than a symmetric scale: the affine step is
+``(max - min) / L``, the symmetric one ``2 max|x| / L``, which is never smaller, and is twice
+as large for the rows that dominate forward traffic: post-ReLU activations are >= 0, so a
+symmetric code wastes its negative half (one bit: int4 would round to 8 levels instead of 16).
+For zero-centred gradient rows the two are equal. The offset costs 4 bytes per row (d = 100:
+108 instead of 104 bytes in int8; 58 instead of 54 in int4). The header stays float32:
+bfloat16 or float16 headers lose the offset's precision (a row 1000 ± 1e-3 needs an offset
+exact to better than its step) or the range (gradients of 1e-9).
+
+Keying (reproducible, and independent of how rows are split over ranks or chunks): the hash
+is a pure function of ``(seed, epoch, site, gid_i, j)``, with ``gid_i`` the row's ORIGINAL
+global node id and ``j`` its column, computed as the hashed dropout of
+:mod:`gnnpipe.models.ops` computes its masks (``stream_keys`` -> per-row and per-column keys
+-> ``lowbias32(row_key ^ col_key)``), on the stream ``unit = 2**40 + site``, disjoint from
+every dropout unit so that rounding noise never correlates with a dropout mask. ``site``
+(0 <= site < 2**40) names the message in the epoch (layer, direction, ...): the same row sent
+at the same site gets the same rounding on any rank; at different sites it is independent.
+
+Non-finite input: float32 and bfloat16 carry NaN and ±Inf per element. An integer-format row
+holding any NaN or ±Inf (or whose range ``max - min`` exceeds FLT_MAX, so that no float32
+step covers it) is sent with ``s = o = NaN`` and codes 0: the whole row decodes as NaN, so
+the trainer's non-finite check still fires on the receiving side.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from gnnpipe.models.ops import _lowbias32_, row_keys, stream_keys
+
+WIRE_FORMATS = ("float32", "bfloat16", "int8", "int4")
+
+# Integer formats: the largest code (levels - 1).
+_LEVELS = {"int8": 255, "int4": 15}
+_HEADER_BYTES = 8  # scale, offset: two float32
+# Wire rounding streams live above every dropout unit: stream_keys(seed, epoch, _SITE_BASE + site).
+_SITE_BASE = 1 << 40
+_U_BITS = 24
+_FLT_MAX = torch.finfo(torch.float32).max
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is a wire format, else ``ValueError`` naming the choices."""
+    if fmt not in WIRE_FORMATS:
+        raise ValueError(f"wire format {fmt!r} is not one of {', '.join(WIRE_FORMATS)}")
+    return fmt
+
+
+def is_lossy(fmt: str) -> bool:
+    """Whether ``fmt`` changes values (everything but float32)."""
+    return check_format(fmt) != "float32"
+
+
+def row_bytes(d: int, fmt: str) -> int:
+    """Bytes one row of width ``d`` occupies on the wire, header included.
+
+    float32: ``4 d``; bfloat16: ``2 d``; int8: ``8 + d``; int4: ``8 + ceil(d / 2)``.
+    """
+    check_format(fmt)
+    d = int(d)
+    if d < 0:
+        raise ValueError(f"row width d must be >= 0, got {d}")
+    if fmt == "float32":
+        return 4 * d
+    if fmt == "bfloat16":
+        return 2 * d
+    if fmt == "int8":
+        return _HEADER_BYTES + d
+    return _HEADER_BYTES + (d + 1) // 2
+
+
+def wire_keys(seed: int, epoch: int, site: int) -> tuple[int, int]:
+    """The two 32-bit keys (rows, columns) of the rounding stream of one message site."""
+    site = int(site)
+    if not 0 <= site < _SITE_BASE:
+        raise ValueError(f"wire site must be in [0, 2**40), got {site}")
+    return stream_keys(seed, epoch, _SITE_BASE + site)
+
+
+def rounding_bits(gid: Tensor, d: int, seed: int, epoch: int, site: int) -> Tensor:
+    """int32 [n, d] in [0, 2**24): the rounding thresholds ``k`` of rows ``gid``.
+
+    Entry (i, j) depends only on (seed, epoch, site, gid[i], j).
+    """
+    kr, kc = wire_keys(seed, epoch, site)
+    r = row_keys(gid, kr)
+    c = row_keys(torch.arange(d, device=gid.device), kc)
+    e = _lowbias32_(r[:, None] ^ c[None, :])
+    return e.bitwise_and_((1 << _U_BITS) - 1)
+
+
+def encode(rows: Tensor, fmt: str, *, seed: int | None = None, epoch: int | None = None,
+           site: int | None = None, gid: Tensor | None = None) -> Tensor:
+    """Rows as wire bytes.
+
+    Args:
+        rows: [n, d] floating rows (float32; bfloat16/float16 are widened first), any
+            strides, any device.
+        fmt: one of :data:`WIRE_FORMATS`.
+        seed, epoch, site: the rounding stream (integer formats only; see the module
+            docstring).
+        gid: int64 [n] ORIGINAL global node id of each row (integer formats only).
+
+    Returns:
+        uint8 [n, row_bytes(d, fmt)] on ``rows.device``, laid out as in the module docstring.
+        For float32 input and format, a view of ``rows`` when ``rows`` is contiguous.
+    """
+    check_format(fmt)
+    if rows.dim() != 2 or not rows.is_floating_point():
+        raise ValueError(f"encode: rows must be a 2-D floating tensor [n, d], got {tuple(rows.shape)} "
+                         f"{rows.dtype}")
+    n, d = rows.shape
+    if fmt == "float32":
+        return rows.to(torch.float32).contiguous().view(torch.uint8).view(n, 4 * d)
+    if fmt == "bfloat16":
+        return rows.to(torch.bfloat16).contiguous().view(torch.uint8).view(n, 2 * d)
+    if seed is None or epoch is None or site is None or gid is None:
+        raise ValueError(f"encode: format {fmt} rounds stochastically and needs seed, epoch, site and gid")
+    if gid.shape != (n,) or gid.is_floating_point() or gid.device != rows.device:
+        raise ValueError(f"encode: gid must be an integer tensor [{n}] on {rows.device}, got "
+                         f"{tuple(gid.shape)} {gid.dtype} on {gid.device}")
+    return _encode_int(rows.to(torch.float32), fmt, seed, epoch, site, gid)
+
+
+def _encode_int(x: Tensor, fmt: str, seed: int, epoch: int, site: int, gid: Tensor) -> Tensor:
+    n, d = x.shape
+    L = _LEVELS[fmt]
+    out = torch.empty((n, row_bytes(d, fmt)), dtype=torch.uint8, device=x.device)
+    if d == 0:  # no values: a zero header, nothing to round
+        out.zero_()
+        return out
+    lo = x.amin(dim=1)
+    hi = x.amax(dim=1)
+    rng = hi.double() - lo.double()  # exact enough, and never overflows
+    # Not finite: a NaN or ±Inf in the row (amin/amax propagate NaN; Inf makes rng Inf or NaN),
+    # or a range no float32 step covers.
+    bad = ~(rng <= _FLT_MAX)
+    scale = (rng / L).to(torch.float32)
+    off = lo.masked_fill(bad, math.nan)
+    scale.masked_fill_(bad, math.nan)
+    inv = torch.reciprocal(scale).clamp_(max=_FLT_MAX)
+    t = (x - off[:, None]).mul_(inv[:, None])
+    t.clamp_(0, L).nan_to_num_(nan=0.0)  # NaN only in bad rows, whose codes are zeroed below
+    q = torch.floor(t)
+    frac = t.sub_(q).mul_(float(1 << _U_BITS))  # exact: frac < 1 scaled by a power of two
+    k = rounding_bits(gid, d, seed, epoch, site).to(torch.float32)  # exact: k < 2**24
+    q.add_(k < frac)
+    q.masked_fill_(bad[:, None], 0)
+    hdr = torch.stack([scale, off], dim=1)  # [n, 2] float32
+    out[:, :_HEADER_BYTES] = hdr.view(torch.uint8)
+    if fmt == "int8":
+        out[:, _HEADER_BYTES:].copy_(q)
+    else:
+        codes = q.to(torch.uint8)
+        if d % 2:
+            codes = torch.nn.functional.pad(codes, (0, 1))
+        torch.bitwise_or(codes[:, 0::2], codes[:, 1::2] << 4, out=out[:, _HEADER_BYTES:])
+    return out
+
+
+def decode(buf: Tensor, d: int, fmt: str) -> Tensor:
+    """Rows from wire bytes: the inverse of :func:`encode` (up to the format's rounding).
+
+    Args:
+        buf: uint8 [n, row_bytes(d, fmt)] (any row slice of an encoded message).
+        d: row width.
+        fmt: the format it was encoded in.
+
+    Returns:
+        float32 [n, d] on ``buf.device``. For float32, a view of ``buf`` when ``buf`` is
+        contiguous (it shares memory with the receive buffer).
+    """
+    check_format(fmt)
+    rb = row_bytes(d, fmt)
+    if buf.dtype != torch.uint8 or buf.dim() != 2 or buf.shape[1] != rb:
+        raise ValueError(f"decode: expected uint8 [n, {rb}] for d={d} in {fmt}, got "
+                         f"{buf.dtype} {tuple(buf.shape)}")
+    n = buf.shape[0]
+    if fmt == "float32":
+        return buf.contiguous().view(torch.float32).view(n, d)
+    if fmt == "bfloat16":
+        return buf.contiguous().view(torch.bfloat16).view(n, d).to(torch.float32)
+    hdr = buf[:, :_HEADER_BYTES].contiguous().view(torch.float32)  # [n, 2]: scale, offset
+    codes = buf[:, _HEADER_BYTES:]
+    if fmt == "int4":
+        codes = torch.stack([codes & 0xF, codes >> 4], dim=2).view(n, -1)[:, :d]
+    out = codes.to(torch.float32).mul_(hdr[:, 0:1])
+    return out.add_(hdr[:, 1:2])
