@@ -153,10 +153,11 @@ def encode(rows: Tensor, fmt: str, *, seed: int | None = None, epoch: int | None
         raise ValueError(f"encode: rows must be a 2-D floating tensor [n, d], got {tuple(rows.shape)} "
                          f"{rows.dtype}")
     n, d = rows.shape
-    if fmt == "float32":
-        return rows.to(torch.float32).contiguous().view(torch.uint8).view(n, 4 * d)
-    if fmt == "bfloat16":
-        return rows.to(torch.bfloat16).contiguous().view(torch.uint8).view(n, 2 * d)
+    if fmt in ("float32", "bfloat16"):
+        dt = getattr(torch, fmt)
+        if rows.numel() == 0:  # views of empty tensors can have strides that forbid .view(dtype)
+            return torch.empty((n, row_bytes(d, fmt)), dtype=torch.uint8, device=rows.device)
+        return rows.to(dt).contiguous().view(torch.uint8)
     if seed is None or epoch is None or site is None or gid is None:
         raise ValueError(f"encode: format {fmt} rounds stochastically and needs seed, epoch, site and gid")
     if gid.shape != (n,) or gid.is_floating_point() or gid.device != rows.device:
@@ -201,6 +202,19 @@ def _encode_int(x: Tensor, fmt: str, seed: int, epoch: int, site: int, gid: Tens
     return out
 
 
+def _dense(buf: Tensor, size: int) -> Tensor:
+    """``buf`` if it can be viewed as ``size``-byte elements, else a packed copy.
+
+    ``Tensor.view(dtype)`` needs every stride but the last, and the storage offset, to be
+    multiples of the new element size, which a contiguous slice of one row (stride 0 is
+    free for a dimension of size 1) or of a column range need not satisfy.
+    """
+    if (buf.is_contiguous() and buf.storage_offset() % size == 0
+            and all(s % size == 0 for s in buf.stride()[:-1])):
+        return buf
+    return torch.empty(buf.shape, dtype=buf.dtype, device=buf.device).copy_(buf)
+
+
 def decode(buf: Tensor, d: int, fmt: str) -> Tensor:
     """Rows from wire bytes: the inverse of :func:`encode` (up to the format's rounding).
 
@@ -219,13 +233,13 @@ def decode(buf: Tensor, d: int, fmt: str) -> Tensor:
         raise ValueError(f"decode: expected uint8 [n, {rb}] for d={d} in {fmt}, got "
                          f"{buf.dtype} {tuple(buf.shape)}")
     n = buf.shape[0]
-    if fmt == "float32":
-        return buf.contiguous().view(torch.float32).view(n, d)
-    if fmt == "bfloat16":
-        return buf.contiguous().view(torch.bfloat16).view(n, d).to(torch.float32)
-    hdr = buf[:, :_HEADER_BYTES].contiguous().view(torch.float32)  # [n, 2]: scale, offset
+    if fmt in ("float32", "bfloat16"):
+        if buf.numel() == 0:
+            return torch.empty((n, d), dtype=torch.float32, device=buf.device)
+        return _dense(buf, 4 if fmt == "float32" else 2).view(getattr(torch, fmt)).to(torch.float32)
+    hdr = _dense(buf[:, :_HEADER_BYTES], 4).view(torch.float32)  # [n, 2]: scale, offset
     codes = buf[:, _HEADER_BYTES:]
     if fmt == "int4":
-        codes = torch.stack([codes & 0xF, codes >> 4], dim=2).view(n, -1)[:, :d]
+        codes = torch.stack([codes & 0xF, codes >> 4], dim=2).view(n, 2 * codes.shape[1])[:, :d]
     out = codes.to(torch.float32).mul_(hdr[:, 0:1])
     return out.add_(hdr[:, 1:2])
