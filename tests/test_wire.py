@@ -79,9 +79,9 @@ def ref_quant(x: np.ndarray, fmt: str):
     x = x.astype(np.float32)
     with np.errstate(all="ignore"):
         lo, hi = x.min(axis=1), x.max(axis=1)
-        rng = hi.astype(np.float64) - lo.astype(np.float64)
-        bad = ~(rng <= float(FLT_MAX))
-        scale = (rng / L).astype(np.float32)
+        rng = hi - lo  # float32
+        bad = ~(rng <= FLT_MAX)
+        scale = rng / np.float32(L)
         off = lo.copy()
         scale[bad] = np.nan
         off[bad] = np.nan

@@ -27,7 +27,8 @@ values beyond bfloat16's range become ±Inf.
 Integer formats (``L = 255`` for int8, ``15`` for int4) quantise each row affinely, with
 float32 arithmetic specified exactly so that any implementation produces the same bytes:
 
-- ``o = min_j x_j``; ``s = float32((float64(max_j x_j) - float64(o)) / L)``.
+- ``o = min_j x_j``; ``s = (max_j x_j - o) / L``, both operations in float32 (no float64
+  anywhere, so the codec also runs on devices without it).
 - ``t_j = min(max(float32(float32(x_j - o) * r), 0), L)`` with
   ``r = min(float32(1 / s), FLT_MAX)`` (so a constant row, s = 0, has t = 0).
 - Stochastic rounding: ``q_j = floor(t_j) + [u_j < t_j - floor(t_j)]`` where ``u_j = k_j / 2**24``
@@ -58,7 +59,7 @@ at the same site gets the same rounding on any rank; at different sites it is in
 
 Non-finite input: float32 and bfloat16 carry NaN and ±Inf per element. An integer-format row
 holding any NaN or ±Inf (or whose range ``max - min`` exceeds FLT_MAX, so that no float32
-step covers it) is sent with ``s = o = NaN`` and codes 0: the whole row decodes as NaN, so
+step covers it: the float32 difference overflows to Inf) is sent with ``s = o = NaN`` and codes 0: the whole row decodes as NaN, so
 the trainer's non-finite check still fires on the receiving side.
 """
 
@@ -175,11 +176,11 @@ def _encode_int(x: Tensor, fmt: str, seed: int, epoch: int, site: int, gid: Tens
         return out
     lo = x.amin(dim=1)
     hi = x.amax(dim=1)
-    rng = hi.double() - lo.double()  # exact enough, and never overflows
+    rng = hi - lo
     # Not finite: a NaN or ±Inf in the row (amin/amax propagate NaN; Inf makes rng Inf or NaN),
-    # or a range no float32 step covers.
+    # or a finite range beyond float32 (rng overflows to Inf).
     bad = ~(rng <= _FLT_MAX)
-    scale = (rng / L).to(torch.float32)
+    scale = rng.div_(L)
     off = lo.masked_fill(bad, math.nan)
     scale.masked_fill_(bad, math.nan)
     inv = torch.reciprocal(scale).clamp_(max=_FLT_MAX)
