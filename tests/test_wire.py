@@ -436,3 +436,21 @@ def test_a_fraction_equal_to_the_threshold_rounds_down():
     assert ref_codes(enc(x, "int4", gid=[g]).numpy(), 3, "int4")[0, 1] == 0
     x[0, 1] = np.nextafter(x[0, 1], np.float32(1))  # one ulp above the threshold: up
     assert ref_codes(enc(x, "int4", gid=[g]).numpy(), 3, "int4")[0, 1] == 1
+
+
+@pytest.mark.parametrize("fmt", INT_FORMATS)
+def test_blocked_encoding_matches_the_reference_across_block_edges(fmt, monkeypatch):
+    # The encoder works in blocks of rows; blocks of 2 or 3 rows here (not dividing n = 23).
+    x = sample_rows(np.random.default_rng(13), 23, 7)
+    gid = np.arange(23) * 5 + 2**33
+    for block in (7, 14, 21):
+        monkeypatch.setattr(wire, "_BLOCK_VALUES", block)
+        np.testing.assert_array_equal(enc(x, fmt, gid=gid).numpy(), ref_encode(x, fmt, 1, 2, 3, gid))
+
+
+def test_rows_that_require_grad_are_encoded_detached():
+    x = torch.randn(4, 6, requires_grad=True)
+    for fmt in WIRE_FORMATS:
+        buf = enc(x, fmt)
+        assert not buf.requires_grad
+        assert torch.equal(buf, enc(x.detach(), fmt))

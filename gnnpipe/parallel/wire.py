@@ -50,17 +50,21 @@ exact to better than its step) or the range (gradients of 1e-9).
 
 Keying (reproducible, and independent of how rows are split over ranks or chunks): the hash
 is a pure function of ``(seed, epoch, site, gid_i, j)``, with ``gid_i`` the row's ORIGINAL
-global node id and ``j`` its column, computed as the hashed dropout of
-:mod:`gnnpipe.models.ops` computes its masks (``stream_keys`` -> per-row and per-column keys
--> ``lowbias32(row_key ^ col_key)``), on the stream ``unit = 2**40 + site``, disjoint from
-every dropout unit so that rounding noise never correlates with a dropout mask. ``site``
-(0 <= site < 2**40) names the message in the epoch (layer, direction, ...): the same row sent
-at the same site gets the same rounding on any rank; at different sites it is independent.
+global node id and ``j`` its column, built as :mod:`gnnpipe.models.ops` builds its dropout
+masks, on a stream of its own::
+
+    kr, kc = stream_keys(seed, epoch, 2**40 + site)
+    k_ij   = lowbias32(row_keys(gid_i, kr) ^ row_keys(j, kc)) & (2**24 - 1)
+
+Dropout units are small integers, so no wire stream is a dropout stream and rounding noise
+never correlates with a dropout mask. ``site`` (0 <= site < 2**40) names the message in the
+epoch (layer, direction, ...): the same row sent at the same site rounds the same way on any
+rank, and independently at different sites.
 
 Non-finite input: float32 and bfloat16 carry NaN and ±Inf per element. An integer-format row
-holding any NaN or ±Inf (or whose range ``max - min`` exceeds FLT_MAX, so that no float32
-step covers it: the float32 difference overflows to Inf) is sent with ``s = o = NaN`` and codes 0: the whole row decodes as NaN, so
-the trainer's non-finite check still fires on the receiving side.
+holding any NaN or ±Inf, or whose range ``max - min`` overflows float32 (values beyond about
+±1.7e38), is sent with ``s = o = NaN`` and codes 0: the whole row decodes as NaN, so the
+trainer's non-finite check still fires on the receiving side.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ _HEADER_BYTES = 8  # scale, offset: two float32
 _SITE_BASE = 1 << 40
 _U_BITS = 24
 _FLT_MAX = torch.finfo(torch.float32).max
+# Values per block of rows in the integer encoder (float32 temporaries of 1 MiB each).
+_BLOCK_VALUES = 1 << 18
 
 
 def check_format(fmt: str) -> str:
@@ -121,18 +127,6 @@ def wire_keys(seed: int, epoch: int, site: int) -> tuple[int, int]:
     return stream_keys(seed, epoch, _SITE_BASE + site)
 
 
-def rounding_bits(gid: Tensor, d: int, seed: int, epoch: int, site: int) -> Tensor:
-    """int32 [n, d] in [0, 2**24): the rounding thresholds ``k`` of rows ``gid``.
-
-    Entry (i, j) depends only on (seed, epoch, site, gid[i], j).
-    """
-    kr, kc = wire_keys(seed, epoch, site)
-    r = row_keys(gid, kr)
-    c = row_keys(torch.arange(d, device=gid.device), kc)
-    e = _lowbias32_(r[:, None] ^ c[None, :])
-    return e.bitwise_and_((1 << _U_BITS) - 1)
-
-
 def encode(rows: Tensor, fmt: str, *, seed: int | None = None, epoch: int | None = None,
            site: int | None = None, gid: Tensor | None = None) -> Tensor:
     """Rows as wire bytes.
@@ -154,6 +148,7 @@ def encode(rows: Tensor, fmt: str, *, seed: int | None = None, epoch: int | None
         raise ValueError(f"encode: rows must be a 2-D floating tensor [n, d], got {tuple(rows.shape)} "
                          f"{rows.dtype}")
     n, d = rows.shape
+    rows = rows.detach()  # the wire is not differentiable; callers route gradients themselves
     if fmt in ("float32", "bfloat16"):
         dt = getattr(torch, fmt)
         if rows.numel() == 0:  # views of empty tensors can have strides that forbid .view(dtype)
@@ -184,22 +179,28 @@ def _encode_int(x: Tensor, fmt: str, seed: int, epoch: int, site: int, gid: Tens
     off = lo.masked_fill(bad, math.nan)
     scale.masked_fill_(bad, math.nan)
     inv = torch.reciprocal(scale).clamp_(max=_FLT_MAX)
-    t = (x - off[:, None]).mul_(inv[:, None])
-    t.clamp_(0, L).nan_to_num_(nan=0.0)  # NaN only in bad rows, whose codes are zeroed below
-    q = torch.floor(t)
-    frac = t.sub_(q).mul_(float(1 << _U_BITS))  # exact: frac < 1 scaled by a power of two
-    k = rounding_bits(gid, d, seed, epoch, site).to(torch.float32)  # exact: k < 2**24
-    q.add_(k < frac)
-    q.masked_fill_(bad[:, None], 0)
-    hdr = torch.stack([scale, off], dim=1)  # [n, 2] float32
-    out[:, :_HEADER_BYTES] = hdr.view(torch.uint8)
-    if fmt == "int8":
-        out[:, _HEADER_BYTES:].copy_(q)
-    else:
-        codes = q.to(torch.uint8)
-        if d % 2:
-            codes = torch.nn.functional.pad(codes, (0, 1))
-        torch.bitwise_or(codes[:, 0::2], codes[:, 1::2] << 4, out=out[:, _HEADER_BYTES:])
+    out[:, :_HEADER_BYTES] = torch.stack([scale, off], dim=1).view(torch.uint8)
+    kr, kc = wire_keys(seed, epoch, site)
+    ckeys = row_keys(torch.arange(d, device=x.device), kc)
+    # Blocks of rows: the five [rows, d] temporaries stay in cache and their memory bounded.
+    step = max(1, _BLOCK_VALUES // d)
+    for i in range(0, n, step):
+        j = min(n, i + step)
+        t = (x[i:j] - off[i:j, None]).mul_(inv[i:j, None])
+        t.clamp_(0, L).nan_to_num_(nan=0.0)  # NaN only in bad rows, whose codes are zeroed below
+        q = torch.floor(t)
+        frac = t.sub_(q).mul_(float(1 << _U_BITS))  # exact: frac < 1 scaled by a power of two
+        k = _lowbias32_(row_keys(gid[i:j], kr)[:, None] ^ ckeys[None, :])
+        k = k.bitwise_and_((1 << _U_BITS) - 1).to(torch.float32)  # exact: k < 2**24
+        q.add_(k < frac)
+        q.masked_fill_(bad[i:j, None], 0)
+        if fmt == "int8":
+            out[i:j, _HEADER_BYTES:].copy_(q)
+        else:
+            codes = q.to(torch.uint8)
+            if d % 2:
+                codes = torch.nn.functional.pad(codes, (0, 1))
+            torch.bitwise_or(codes[:, 0::2], codes[:, 1::2] << 4, out=out[i:j, _HEADER_BYTES:])
     return out
 
 
