@@ -2,7 +2,7 @@
 """Micro-benchmark of the wire codec (gnnpipe.parallel.wire): is compression worth its cost?
 
 For a [rows, dim] float32 message (default 100000 x 128, a large halo or chunk), prints per
-wire format the median encode and decode times, throughput (rows/s and MB/s of float32
+wire format the best (and median) encode and decode times, throughput (rows/s and MB/s of float32
 input), bytes on the wire, and against float32 on a ``--link-mbit`` link (default 100):
 the transfer time saved, the codec's cost (encode on the sender plus decode on the receiver,
 both on the critical path unless overlapped), and the break-even link rate
@@ -25,14 +25,14 @@ import torch
 from gnnpipe.parallel.wire import WIRE_FORMATS, decode, encode, row_bytes
 
 
-def _median_s(fn, reps: int) -> float:
+def _times(fn, reps: int) -> list[float]:
     fn()  # warm-up (allocator, first-touch)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,14 +53,17 @@ def main(argv: list[str] | None = None) -> None:
     link = args.link_mbit * 1e6 / 8  # bytes/s
     f32_bytes = n * row_bytes(d, "float32")
     print(f"wire codec, [{n}, {d}] float32 ({f32_bytes / 1e6:.1f} MB), {args.threads} thread(s), "
-          f"median of {args.reps}; load average {os.getloadavg()} on {os.cpu_count()} CPUs; "
+          f"best of {args.reps} (the run least disturbed by other load); load average {os.getloadavg()} on {os.cpu_count()} CPUs; "
           f"torch {torch.__version__}")
     print(f"{'format':>8} {'bytes/row':>9} {'enc ms':>8} {'dec ms':>8} {'rows/s':>10} {'MB/s':>8} "
           f"{'saved @link ms':>14} {'net @link ms':>12} {'break-even':>12}")
+    medians = []
     for fmt in WIRE_FORMATS:
         buf = encode(x, fmt, **key)
-        t_enc = _median_s(lambda: encode(x, fmt, **key), args.reps)
-        t_dec = _median_s(lambda: decode(buf, d, fmt), args.reps)
+        te = _times(lambda: encode(x, fmt, **key), args.reps)
+        td = _times(lambda: decode(buf, d, fmt), args.reps)
+        medians.append((fmt, statistics.median(te), statistics.median(td)))
+        t_enc, t_dec = min(te), min(td)
         cost = t_enc + t_dec
         rb = row_bytes(d, fmt)
         saved_bytes = f32_bytes - n * rb
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         thr = f"{n / cost:10.3g} {f32_bytes / cost / 1e6:8.0f}" if cost > 0 else f"{'inf':>10} {'inf':>8}"
         print(f"{fmt:>8} {rb:9d} {t_enc * 1e3:8.1f} {t_dec * 1e3:8.1f} {thr} "
               f"{saved_s * 1e3:14.0f} {(saved_s - cost) * 1e3:12.0f} {rate}")
+    print("medians (enc/dec ms): " + ", ".join(f"{f} {e * 1e3:.1f}/{dd * 1e3:.1f}" for f, e, dd in medians))
     print(f"saved @link: float32 transfer time minus this format's at {args.link_mbit:g} Mbit/s; "
           "net: saved minus encode+decode; break-even: the link rate below which the format pays. "
           f"load average after: {os.getloadavg()}")
