@@ -21,16 +21,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | {"Graph"})
-
-
-def _quiet_known_warnings() -> None:
-    # torch warns once per process that sparse CSR is "beta" and that invariant checks are
-    # off; every rank would print both. The CSR path is exercised by our own tests.
-    import warnings
-
-    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-    warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
-    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
-
-
-_quiet_known_warnings()

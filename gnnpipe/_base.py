@@ -1,8 +1,8 @@
 """Floor 0: the names every module needs (``GnnpipeError``, ``__version__``), importing nothing.
 
-``gnnpipe/__init__.py`` re-exports both. Modules reachable from a lazy top-level export
-(``gnnpipe.Graph``) import them from here, so that export is no import cycle with the
-package root; everything else may keep ``from gnnpipe import GnnpipeError``.
+``gnnpipe/__init__.py`` re-exports both for users. Every module of the package imports them
+from here, never from the package root: the root's lazy top-level exports (``gnnpipe.Graph``
+and the public API) reach most modules, so importing the root back would be a cycle.
 """
 
 __version__ = "0.1.0"

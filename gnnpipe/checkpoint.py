@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.config import MATH_FIELDS
 from gnnpipe.dims import ParallelDims
 

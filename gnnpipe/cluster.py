@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 log = logging.getLogger(__name__)
 

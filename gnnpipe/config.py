@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import MODES
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -272,9 +272,18 @@ def check_sizes(cfg: "TrainConfig", num_nodes: int | None = None, num_features: 
             + "); use smaller sizes or more ranks")
 
 
-def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
-    from gnnpipe.cli import ArgumentParser  # usage errors in one line
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line: ``PROG: error: MESSAGE (see PROG --help)``.
 
+    argparse's default prints the whole usage synopsis first, which for a CLI with many
+    options buries the line that says what was wrong. Subparsers inherit the class.
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog=prog,
         description="Full-graph training of deep GNNs: graph parallelism, GNNPipe pipeline, hybrid. "

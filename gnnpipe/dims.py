@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 MODES = ("graph", "pipeline", "hybrid")
 

@@ -102,7 +102,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
 from gnnpipe.dims import ParallelDims
 from gnnpipe.partition import volume

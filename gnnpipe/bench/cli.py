@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.cli import ArgumentParser
 
 SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "report")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 log = logging.getLogger(__name__)
 

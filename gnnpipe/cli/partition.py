@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.data.graph import Graph
 from gnnpipe.fsutil import check_replaceable, is_our_output, safe_name

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.cli import ArgumentParser, run_cli
 
 PROG = "gnnpipe-plan"

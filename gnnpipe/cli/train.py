@@ -23,8 +23,9 @@ from typing import Sequence
 
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.checkpoint import find_checkpoint, read_commit
+from gnnpipe.cli import quiet_known_warnings
 from gnnpipe.comm import detect_launch, exit_process, init_communicator, threads_per_rank
 from gnnpipe.config import TrainConfig, build_parser, load_toml, parse_config
 from gnnpipe.train.guards import NonFiniteLossError, SetupError
@@ -64,6 +65,7 @@ def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfi
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``gnnpipe-train``: see the module docstring."""
+    quiet_known_warnings()
     args = list(sys.argv[1:] if argv is None else argv)
     launch = detect_launch()
     rank0 = launch.rank == 0

@@ -61,7 +61,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Mapping
 
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.comm.base import CommError, CommUsageError, Communicator
 from gnnpipe.comm.launch_info import LaunchInfo
 from gnnpipe.comm.local import SingleProcessCommunicator

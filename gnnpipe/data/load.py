@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.config import TrainConfig
 from gnnpipe.data import synthetic
 from gnnpipe.data.catalog import resolve_dataset

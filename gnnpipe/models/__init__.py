@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.config import BACKENDS, FEATURE_FIRST_MODELS, MODELS
 from gnnpipe.models.block import Block, BlockError
 from gnnpipe.models.units import (

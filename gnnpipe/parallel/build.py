@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import ModelConfig, build_model
 from gnnpipe.parallel.chunks import build_chunks

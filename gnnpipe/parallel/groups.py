@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
 
 

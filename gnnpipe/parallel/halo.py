@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 
 def with_halo(h_local: torch.Tensor, ex: "HaloExchanger") -> torch.Tensor:

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import RunCtx
 from gnnpipe.parallel.executor import (EpochResult, Executor, StaleOptions, allreduce_grads, reduce_accuracies,

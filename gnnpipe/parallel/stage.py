@@ -45,7 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.models import RunCtx, accuracy_counts, loss_fn
 from gnnpipe.parallel.chunks import ChunkInfo
 from gnnpipe.parallel.executor import StaleOptions

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.config import MODELS
 
 _FWD_BWD = 3.0

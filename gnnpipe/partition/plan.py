@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from gnnpipe import GnnpipeError, __version__
+from gnnpipe._base import GnnpipeError, __version__
 from gnnpipe.fsutil import atomic_directory
 from gnnpipe.fsutil import json_default as _json_default
 from gnnpipe.data.graph import Graph

@@ -26,7 +26,7 @@ Two graph-parallel formulas live side by side:
 
 from __future__ import annotations
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
 FORMULAS = ("ours", "paper")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.checkpoint import list_checkpoints
 from gnnpipe.config import TrainConfig
 from gnnpipe.dims import ParallelDims

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.config import TrainConfig
 from gnnpipe.data.load import load_graph_for

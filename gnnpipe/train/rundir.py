@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.fsutil import describe, is_system_path
 from gnnpipe.train.guards import agree_on_setup
 

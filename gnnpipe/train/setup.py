@@ -7,7 +7,7 @@ then the partition plan is loaded (and checked against the dataset) or made in m
 
 from __future__ import annotations
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.config import TrainConfig
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import ModelConfig
