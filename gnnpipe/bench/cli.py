@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.bench import common as C
 from gnnpipe.cli import ArgumentParser
 
 SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "report")
@@ -88,7 +89,7 @@ def check_args(args: argparse.Namespace) -> None:
     for anc in [out, *out.parents]:
         if anc.exists():
             if not anc.is_dir():
-                raise GnnpipeError(f"--out {out}: {anc} is a file, not a folder for results")
+                raise GnnpipeError(f"--out {out}: {anc} is a file; expected the results folder (default results/)")
             break
     for flag, v in (("--runs", args.runs), ("--epochs", args.epochs), ("--random-above", args.random_above)):
         if v is not None and v < 1:
@@ -100,9 +101,8 @@ def check_args(args: argparse.Namespace) -> None:
         if not args.only:
             raise GnnpipeError("--only: give at least one name (or leave --only out to run all)")
         known = _known_names(args.sub)
-        unknown = [n for n in args.only if known is not None and n not in known]
-        if unknown:
-            raise GnnpipeError(f"{args.sub} --only: unknown name(s) {', '.join(unknown)} (known: {', '.join(known)})")
+        if known is not None:  # the same check each benchmark's run() makes, before anything starts
+            C.check_only(args.only, known, "name(s)")
 
 
 def _int_list(s: str) -> list[int]:
@@ -169,7 +169,6 @@ def _dispatch(args: argparse.Namespace) -> str:
 
         return overhead.run(args.out, only=args.only, **kw)[1]
     if args.sub == "report":
-        from gnnpipe.bench import common as C
         from gnnpipe.bench import report
 
         return report.run(args.out, args.doc or C.REPO / "docs" / "benchmarks.md", only=args.only, plots=args.plots)
