@@ -415,6 +415,16 @@ def load_checkpoint(ckpt: str | Path, rank: int, identity: dict) -> tuple[dict, 
     ckpt = Path(ckpt)
     commit = read_commit(ckpt)
     compare_identity(commit["identity"], identity, ckpt)
+    return commit, read_rank_payload(ckpt, commit, rank)
+
+
+def read_rank_payload(ckpt: str | Path, commit: dict, rank: int) -> dict:
+    """Rank ``rank``'s payload of a committed checkpoint, checked against ``COMMIT.json``.
+
+    Raises:
+        GnnpipeError: the rank file is missing, or its size or sha256 differs from the commit.
+    """
+    ckpt = Path(ckpt)
     name = f"rank{rank}.pt"
     path = ckpt / name
     expect = commit["files"].get(name)
@@ -432,7 +442,7 @@ def load_checkpoint(ckpt: str | Path, rank: int, identity: dict) -> tuple[dict, 
     if payload.get("epoch") != commit["epoch"] or payload.get("rank") != rank:
         raise GnnpipeError(f"{path}: holds epoch {payload.get('epoch')} rank "
                            f"{payload.get('rank')}, expected epoch {commit['epoch']} rank {rank}")
-    return commit, payload
+    return payload
 
 
 # ---------------------------------------------------------------------- helpers

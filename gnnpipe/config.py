@@ -90,6 +90,8 @@ class TrainConfig:
     threads: int = _f(0, "intra-op threads per rank (0: cores / ranks on this host)")
     timeout: float = _f(60.0, "seconds a rank waits on a peer before failing")
     out: str | None = _f(None, "run directory for config.json and metrics.jsonl; unset: runs/<mode>-<model>-<time>")
+    export: str | None = _f(None, "after training, write the whole trained model (every stage's weights in one "
+                            "state_dict that loads into gnnpipe.models.build_model) to this file")
     checkpoint_every: int = _f(0, "checkpoint every N epochs (0: never)")
     resume: str | None = _f(None, "resume from this run/checkpoint directory")
     progress: bool = _f(True, "progress bar on rank 0")

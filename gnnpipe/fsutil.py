@@ -141,6 +141,26 @@ def write_error(path: Path, e: BaseException) -> GnnpipeError:
     return GnnpipeError(f"{path}: write failed ({why}); nothing was written")
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """``data`` into ``path`` through a temp file, fsync and rename: a crash leaves the old
+    file or none. On failure one line naming the path, and no temp file is left."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise write_error(path, e) from None
+    return path
+
+
 @contextmanager
 def atomic_directory(path: str | os.PathLike, force: bool = False, kind: str = "dataset") -> Iterator[Path]:
     """Yield a temporary sibling directory that replaces ``path`` when the block succeeds.

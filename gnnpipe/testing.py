@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -56,9 +57,22 @@ def _free_port() -> int:
 
 
 def _resolve(fn: str) -> Callable[..., Any]:
-    module, sep, name = fn.partition(":")
+    """``"package.module:function"`` or ``"/path/to/script.py:function"`` -> the function.
+
+    A script is imported under a name of its own, not ``__main__``, so its
+    ``if __name__ == "__main__":`` block does not run again in every rank.
+    """
+    module, sep, name = fn.rpartition(":")
     if not sep or not module or not name:
         raise ValueError(f"fn must look like 'package.module:function', got {fn!r}")
+    if module.endswith(".py"):
+        spec = importlib.util.spec_from_file_location("_gnnpipe_launched_script", module)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"fn: cannot import {module}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # pickled values of the script's classes find it
+        spec.loader.exec_module(mod)
+        return getattr(mod, name)
     return getattr(importlib.import_module(module), name)
 
 

@@ -26,11 +26,13 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.checkpoint import find_checkpoint, read_commit
 from gnnpipe.cli import quiet_known_warnings
-from gnnpipe.comm import detect_launch, exit_process, init_communicator, threads_per_rank
+from gnnpipe.comm import detect_launch, exit_process, init_communicator
 from gnnpipe.config import TrainConfig, build_parser, load_toml, parse_config
 from gnnpipe.train.guards import NonFiniteLossError, SetupError
-from gnnpipe.train.loop import train
+from gnnpipe.export import save_model
+from gnnpipe.train.loop import run_training
 from gnnpipe.train.rundir import open_run_dir
+from gnnpipe.train.setup import apply_threads, gather_model_state, model_config
 
 log = logging.getLogger("gnnpipe.train")
 
@@ -85,13 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:  # usage errors and --help: rank 0 alone speaks
             with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 cfg, _ = parse_config(args)
+        if cfg.export and not Path(cfg.export).parent.is_dir():
+            raise SetupError(f"--export {cfg.export}: folder {Path(cfg.export).parent} does not exist")
         resume_run = None
         if cfg.resume:
             try:
                 cfg, resume_run = config_for_resume(args, cfg)
             except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
                 raise SetupError(str(e)) from e
-        torch.set_num_threads(cfg.threads or threads_per_rank(launch))
+        apply_threads(cfg, launch)  # --threads, else the user's OMP_NUM_THREADS, else a share of the cores
         kind = cfg.comm
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
@@ -102,7 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.info("world %d (%s, %s communicator), mode %s, model %s-%d d=%d, dataset %s -> %s",
                      comm.world_size, launch.launcher, kind, cfg.mode, cfg.model, cfg.layers,
                      cfg.hidden, cfg.dataset, out)
-        summary = train(cfg, comm, out=out, show_progress=cfg.progress)
+        summary, ex, graph = run_training(cfg, comm, out=out, show_progress=cfg.progress)
+        if cfg.export:
+            # every rank takes part in gathering the stages' weights; rank 0 writes the file
+            mcfg = model_config(cfg, graph)
+            state = gather_model_state(ex, comm, mcfg.num_units)
+            if rank0:
+                save_model(cfg.export, state, mcfg, cfg.to_dict())
+                log.info("exported the trained model to %s", cfg.export)
         if rank0:
             print(
                 f"done: {summary['epochs']} epochs, final loss {summary['final_loss']:.4f}, "

@@ -52,6 +52,7 @@ not reported); any other string is accepted.
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -407,6 +408,25 @@ class Communicator(ABC):
         with self.stats.timed(category):
             if self.world_size > 1:
                 self._broadcast(t, src, category)
+
+    def broadcast_object(self, obj: Any, src: int, category: str = "control") -> Any:
+        """``obj`` from rank ``src`` on every rank (collective): saved with ``torch.save``, its
+        length then its bytes broadcast (two collectives; bytes counted on ``src``). Loaded
+        with ``weights_only=True``: tensors, numbers, strings and containers of them."""
+        if self.world_size == 1:
+            return obj
+        size = torch.zeros(1, dtype=torch.int64)
+        data = None
+        if self.rank == src:
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+            size[0] = data.numel()
+        self.broadcast(size, src, category=category)
+        if data is None:
+            data = torch.empty(int(size[0]), dtype=torch.uint8)
+        self.broadcast(data, src, category=category)
+        return obj if self.rank == src else torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True)
 
     def barrier(self, category: str = "control") -> None:
         """Returns when every rank of this communicator has entered the barrier."""

@@ -100,6 +100,11 @@ class Executor(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
 
+    @abstractmethod
+    def owned_units(self) -> dict[int, dict]:
+        """``{unit index in the model: state_dict}`` of the units this rank trains (graph
+        mode: every unit; a pipeline stage: its block)."""
+
     def _emit(self, out: torch.Tensor) -> None:
         if self.output_hook is not None:
             self.output_hook(out)

@@ -138,6 +138,9 @@ class GraphParallelExecutor(Executor):
         functions of seed and epoch, so no RNG state is needed)."""
         return {"kind": "graph", "model": self.model.state_dict(), "opt": self.opt.state_dict()}
 
+    def owned_units(self) -> dict[int, dict]:
+        return {i: u.state_dict() for i, u in enumerate(self.model.units)}
+
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])

@@ -202,6 +202,10 @@ class PipelineExecutor(Executor):
             "snap": None if st.snap is None else {k: v.clone() for k, v in st.snap.items()},
         }
 
+    def owned_units(self) -> dict[int, dict]:
+        st = self.stage
+        return {st.first_unit + i: u.state_dict() for i, u in enumerate(st.units)}
+
     def load_state_dict(self, state: dict) -> None:
         st = self.stage
         if state.get("first_unit") != st.first_unit or len(state["units"]) != len(st.units):

@@ -8,6 +8,7 @@ writes its checkpoint files (:mod:`gnnpipe.checkpoint`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -21,7 +22,9 @@ from tqdm import tqdm
 from gnnpipe._base import GnnpipeError
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.config import TrainConfig
-from gnnpipe.data.load import load_graph_for
+from gnnpipe.data.graph import Graph
+from gnnpipe.data.load import check_splits, load_graph_for, row_normalized
+from gnnpipe.parallel.executor import Executor
 from gnnpipe.parallel.alloc import lean_allocator
 from gnnpipe.train import setup
 from gnnpipe.train.guards import FiniteWatch, NonFiniteLossError, agree_on_epoch, agree_on_setup, nonfinite_message
@@ -35,7 +38,13 @@ KEEP_CHECKPOINTS = 2
 
 
 def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool = False) -> dict:
-    """Train on this rank; returns the summary (identical on every rank).
+    """Train on this rank; returns the summary (identical on every rank). See :func:`run_training`."""
+    return run_training(cfg, comm, out, show_progress)[0]
+
+
+def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool = False,
+                 graph: Graph | None = None) -> tuple[dict, Executor, Graph]:
+    """Train on this rank; returns the summary (identical on every rank), the executor and the graph.
 
     Args:
         cfg: the resolved configuration.
@@ -43,10 +52,12 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
         out: run directory (rank 0 writes ``config.json``, ``metrics.jsonl``, ``summary.json``;
             every rank writes its checkpoint files under ``out/checkpoints``).
         show_progress: tqdm bar on rank 0.
+        graph: the graph to train on (in memory); None loads the one ``cfg`` names.
 
     Returns:
-        ``best_val_acc``, ``test_acc_at_best_val``, ``best_epoch``, ``final_loss``, ``epochs``
-        (epochs in the history, resumed ones included), ``mean_epoch_time_s``, ``history``.
+        ``(summary, executor, graph)``: the summary holds ``best_val_acc``,
+        ``test_acc_at_best_val``, ``best_epoch``, ``final_loss``, ``epochs`` (epochs in the
+        history, resumed ones included), ``mean_epoch_time_s``, ``history``.
 
     Raises:
         SetupError: a rank failed to load the data, build its executor or resume (every rank
@@ -61,7 +72,12 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
     # GNNPIPE_MMAP_THRESHOLD): it halves peak RSS on CPU but slows epochs (see the module).
     lean_allocator(cfg.lean_memory)
     try:
-        graph = load_graph_for(cfg)
+        if graph is None:
+            graph = load_graph_for(cfg)
+        else:
+            check_splits(graph, cfg.dataset)
+            if cfg.normalize_features:
+                graph = row_normalized(graph)
         ex, plan = setup.build_executor(cfg, comm, graph)
         identity = ckpt.run_identity(cfg, ex.dims, graph.content_hash, getattr(plan, "params", None))
         if cfg.resume:
@@ -154,7 +170,7 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
                     "format": ckpt.FORMAT, "epoch": epoch, "rank": comm.rank,
                     "world_size": comm.world_size, "executor": ex.state_dict(),
                     "rng": ckpt.rng_state(), "history": history, "identity": identity,
-                    "config": cfg.to_dict(),
+                    "config": cfg.to_dict(), "model_config": dataclasses.asdict(setup.model_config(cfg, graph)),
                 }
                 ckpt.save_checkpoint(comm, out, epoch, payload, identity, keep=KEEP_CHECKPOINTS,
                                      config=cfg.to_dict())
@@ -174,4 +190,4 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
     }
     if out is not None and rank0:
         write_json_atomic(out / "summary.json", {k: v for k, v in summary.items() if k != "history"})
-    return summary
+    return summary, ex, graph

@@ -1,0 +1,227 @@
+"""The public Python API: train from a Graph object, get the trained model back.
+
+::
+
+    import gnnpipe
+    graph = gnnpipe.Graph.from_pyg(data)                  # or gnnpipe.Graph.load(dir)
+    res = gnnpipe.fit(graph, mode="pipeline", model="gcnii", layers=16, exact=True)
+    res.model(data.x, data.edge_index)                    # an ordinary torch.nn.Module
+    res.predict()                                         # exact full-graph logits
+    res.metrics[-1]["loss"], res.summary["test_acc_at_best_val"]
+
+:func:`fit` trains in this process's role within whatever launch it runs under: one process,
+``mpirun -np N python script.py``, ``torchrun``, ``srun``. It takes every option of
+``gnnpipe-train`` as a keyword argument (``gnnpipe-train --help`` lists them; underscores
+for dashes) and uses the same trainer (:func:`gnnpipe.train.train`) the command runs, so
+there is one path. :func:`launch` starts N local ranks from a notebook or script and returns
+rank 0's value. No file is written unless ``out=`` is given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.comm import detect_launch, init_communicator
+from gnnpipe.config import TrainConfig
+from gnnpipe.data.graph import Graph, symmetric_csr
+from gnnpipe.export import save_model
+from gnnpipe.models import GNN, ModelConfig, RunCtx, build_model
+from gnnpipe.models.block import Block
+from gnnpipe.parallel.features import features_to_tensor
+from gnnpipe.testing import run_ranks
+from gnnpipe.train.loop import run_training
+from gnnpipe.train.rundir import open_run_dir
+from gnnpipe.train.setup import apply_threads, gather_model_state, model_config
+
+__all__ = ["Result", "TrainedModel", "fit", "launch"]
+
+
+class TrainedModel(nn.Module):
+    """A trained built-in model as an ordinary module: ``model(x, edge_index) -> logits``.
+
+    Args:
+        gnn: the :class:`gnnpipe.models.GNN` (every stage's weights in one place).
+        seed: the run's seed (dropout masks are keyed by it in training mode).
+
+    ``state_dict()`` is the plain :class:`~gnnpipe.models.GNN`'s (keys ``gnn.units.<i>...``
+    here; ``self.gnn.state_dict()`` loads into ``gnnpipe.models.build_model(config)``).
+    """
+
+    def __init__(self, gnn: GNN, seed: int = 0) -> None:
+        super().__init__()
+        self.gnn = gnn
+        self.seed = seed
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.gnn.cfg
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, epoch: int = 0) -> torch.Tensor:
+        """Logits [N, classes] of every node.
+
+        Args:
+            x: [N, F] node features (dense, or a torch sparse CSR tensor).
+            edge_index: int64 [2, E]: the graph's edges; they are made symmetric, and
+                self-loops and duplicates are dropped, as gnnpipe's Graph format holds them.
+            epoch: keys the dropout masks in training mode (ignored in ``eval()`` mode).
+        """
+        n = int(x.shape[0])
+        ei = torch.as_tensor(edge_index).detach().cpu().numpy()
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise GnnpipeError(f"edge_index: expected shape [2, E], got {list(ei.shape)}")
+        indptr, indices = symmetric_csr(ei[0].astype(np.int64), ei[1].astype(np.int64), n)
+        block = Block.full(torch.from_numpy(indptr), torch.from_numpy(indices))
+        return self.gnn(block, x, RunCtx(training=self.training, epoch=epoch, seed=self.seed))
+
+
+@dataclass
+class Result:
+    """What :func:`fit` returns (the same on every rank).
+
+    Attributes:
+        model: the trained model with every stage's weights (:class:`TrainedModel`).
+        metrics: one dict per epoch, as in ``metrics.jsonl``.
+        summary: test accuracy at the best validation accuracy, epochs, mean epoch time.
+        config: the resolved :class:`gnnpipe.config.TrainConfig`.
+        graph: the graph it was trained on (original node ids).
+    """
+
+    model: TrainedModel
+    metrics: list[dict]
+    summary: dict
+    config: TrainConfig
+    graph: Graph = field(repr=False)
+
+    @torch.no_grad()
+    def predict(self) -> torch.Tensor:
+        """Exact full-graph logits [N, classes] of the trained model, in the graph's node order
+        (one process's forward over the whole graph: no history, no staleness)."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            g = self.graph
+            block = Block.full(torch.as_tensor(np.asarray(g.indptr)), torch.as_tensor(np.asarray(g.indices)))
+            x = features_to_tensor(g.features)
+            return self.model.gnn(block, x, RunCtx(training=False, epoch=0, seed=self.model.seed))
+        finally:
+            self.model.train(was)
+
+
+def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike | None = None,
+        progress: bool = False, **options: Any) -> Result:
+    """Train on ``graph`` in this process's role; every rank gets the same :class:`Result`.
+
+    Args:
+        graph: a :class:`gnnpipe.Graph` (e.g. from ``Graph.from_pyg``), a prepared dataset's
+            name or directory, or None for the built-in synthetic graph (``dataset=``
+            options apply then).
+        comm: the communicator to train over; by default the one this process's launch
+            implies (one process, mpirun, torchrun, srun), made here and closed at the end.
+        out: a run directory for ``config.json``, ``metrics.jsonl``, ``summary.json`` and
+            checkpoints (locked for the run, as ``gnnpipe-train --out``); none by default.
+            ``export="model.pt"`` writes the trained model as ``gnnpipe-train --export`` does.
+        progress: a progress bar on rank 0.
+        **options: any ``gnnpipe-train`` option, e.g. ``mode="pipeline", model="gcnii",
+            layers=16, hidden=64, epochs=100, exact=True, threads=2``.
+
+    Raises:
+        GnnpipeError: an option or the data is invalid (one line naming it), or training
+            failed on some rank (every rank raises it).
+    """
+    if "dataset" in options and graph is not None:
+        raise GnnpipeError("give the data once: either fit(graph, ...) or fit(dataset=...)")
+    if isinstance(graph, (str, os.PathLike)):
+        options["dataset"], graph = str(graph), None
+    if graph is not None and not isinstance(graph, Graph):
+        raise GnnpipeError(f"graph: expected a gnnpipe.Graph, a dataset name or a directory, got "
+                           f"{type(graph).__name__} (convert with gnnpipe.Graph.from_pyg or from_dgl)")
+    if graph is not None:
+        options["dataset"] = graph.name or "graph"
+    options.setdefault("progress", progress)
+    if out is not None:
+        options["out"] = str(out)
+    try:
+        cfg = TrainConfig(**options)
+    except TypeError as e:  # an unknown keyword
+        raise GnnpipeError(f"fit: {e}; the options are gnnpipe-train's (gnnpipe-train --help)") from None
+    launch_info = detect_launch()
+    apply_threads(cfg, launch_info)
+    own = comm is None
+    if own:
+        kind = cfg.comm if cfg.comm != "auto" else ("mpi" if launch_info.launcher in ("mpich", "openmpi") else "torch")
+        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
+    lock = None
+    ok = False
+    try:
+        run_dir = None
+        if out is not None:
+            run_dir, lock = open_run_dir(comm, cfg, None)
+        summary, ex, used = run_training(cfg, comm, out=run_dir, show_progress=cfg.progress, graph=graph)
+        mcfg = model_config(cfg, used)
+        gnn = build_model(mcfg, seed=cfg.seed)
+        state = gather_model_state(ex, comm, mcfg.num_units)
+        gnn.load_state_dict(state)
+        if cfg.export and comm.rank == 0:
+            save_model(cfg.export, state, mcfg, cfg.to_dict())
+        ok = True
+    finally:
+        if lock is not None:
+            lock.release()
+        if own and (ok or comm.world_size == 1):  # after a peer failed, teardown may abort
+            comm.close()
+    history = summary.pop("history")
+    return Result(TrainedModel(gnn, seed=cfg.seed), history, summary, cfg, used)
+
+
+def launch(fn: Callable[..., Any] | str, nprocs: int = 2, comm: str = "torch", *,
+           args: dict | None = None, timeout_s: float = 3600.0) -> Any:
+    """Run ``fn(comm, **args)`` on ``nprocs`` local ranks and return rank 0's value.
+
+    For notebooks and scripts; on a cluster use ``mpirun``, ``torchrun`` or ``srun`` and call
+    :func:`fit` directly. Each rank gets its world communicator as the first argument; pass
+    it on (``gnnpipe.fit(graph, comm=comm, ...)``).
+
+    Args:
+        fn: a function defined in an importable module or in a script file, or
+            ``"package.module:function"``. The ranks import it afresh (a script's
+            ``if __name__ == "__main__":`` block does not run there).
+        nprocs: ranks to start.
+        comm: ``"torch"`` (Gloo) or ``"mpi"`` (the venv's mpirun).
+        args: keyword arguments for ``fn`` (anything ``torch.save`` stores).
+        timeout_s: limit for the whole run.
+
+    Raises:
+        GnnpipeError: ``fn`` cannot be found by the ranks, or a rank failed (its error
+            output is in the message).
+    """
+    target = _target(fn)
+    try:
+        return run_ranks(target, nprocs, comm, args=args, timeout_s=timeout_s)[0]
+    except AssertionError as e:
+        raise GnnpipeError(f"launch: {e}") from None
+
+
+def _target(fn: Callable[..., Any] | str) -> str:
+    """``fn`` as the ranks find it: ``module:function`` or ``/path/to/script.py:function``."""
+    if isinstance(fn, str):
+        return fn
+    name = getattr(fn, "__qualname__", "")
+    if not callable(fn) or "<" in name or "." in name:
+        raise GnnpipeError(f"launch: fn must be a module-level function, got {fn!r}")
+    module = fn.__module__
+    if module == "__main__":
+        path = inspect.getsourcefile(fn)
+        if path is None or not Path(path).is_file():
+            raise GnnpipeError("launch: a function defined in a notebook cell cannot be imported by the "
+                               "ranks; put it in a .py file and import it")
+        return f"{Path(path).resolve()}:{name}"
+    return f"{module}:{name}"
