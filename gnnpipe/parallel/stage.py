@@ -167,9 +167,10 @@ class NeighbourSource(Protocol):
         fresh: the rows are exchanged fresh inside autograd (:meth:`with_fresh`; exact
             hybrid), so the stage keeps no history.
         collective: :meth:`push` and :meth:`before_backward` are collectives every way
-            must enter: :meth:`push` at every aggregating unit of every chunk's forward and
-            of evaluation, :meth:`before_backward` at every chunk's backward, even with no
-            rows to move.
+            must enter in the same order, even with no rows to move: :meth:`push` at every
+            aggregating unit whose input is trained, in every chunk's forward and once per
+            such unit in evaluation; :meth:`before_backward` at every chunk's backward (so
+            such a source needs history buffers on every such unit).
     """
 
     row0: int
