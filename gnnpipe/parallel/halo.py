@@ -12,7 +12,7 @@ slot (its docstring states the semantics exactly).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
