@@ -69,8 +69,8 @@ optimizer step.
 
 **Hybrid**: ``D`` pipelines over METIS ways; each stage also exchanges its layers' halo
 rows with the same stage of the other ways (blocking, per chunk, ``C·(D−1)`` messages per
-layer and direction, of the per-chunk halos :attr:`PartInfo.chunk_halo`) and all-reduces
-its weights across ways.
+layer and direction; each boundary row once per layer and direction, so Σ_w M_w rows in
+all, graph parallelism's halo) and all-reduces its weights across ways.
 
 **Memory** per rank, term by term what the executors hold: parameters, gradients and
 Adam's two moments (4× parameter bytes); the dataset as the rank reads it (graph mode: its
@@ -135,8 +135,9 @@ class PartInfo:
         max_halo: the largest M_p.
         source: ``"metis"`` (a real partition of the dataset) or ``"estimated ..."``.
         chunk_halo: per number of chunks per part ``C``: Σ_w Σ_k M_{w,k}, the distinct
-            neighbours in other parts of each chunk, summed (what the hybrid executor sends
-            per exchanged layer; :func:`gnnpipe.partition.volume.chunk_halo_sum`).
+            neighbours in other parts of each chunk, summed (the other ways' rows the hybrid
+            executor reads per exchanged layer, from rows each sent once:
+            :func:`gnnpipe.partition.volume.chunk_halo_sum`).
         chunk_nbrs: per ``C``: the largest part's Σ_k of chunk k's distinct out-of-chunk
             neighbours (own part or not): the rows a pipeline stage gathers from its history
             per aggregating unit per epoch.
@@ -834,7 +835,7 @@ def _chunk_halo(pi: PartInfo, C: int, notes: list[str]) -> int:
     if C in pi.chunk_halo:
         return int(pi.chunk_halo[C])
     if C > 1:
-        notes.append(f"per-chunk halo for {pi.parts} ways x {C} chunks unknown: bytes use sum M_w "
+        notes.append(f"per-chunk halo for {pi.parts} ways x {C} chunks unknown: its gather time uses sum M_w "
                      "(a lower bound; pass chunks= to graph_stats_from_graph)")
     return pi.sum_m
 
@@ -985,6 +986,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     nbrs = _chunk_nbrs(pi, C, notes_v)
     frac_src = (rows + nbrs) / N
     chunk_halo = _chunk_halo(pi, C, notes_v) if D > 1 else 0
+    halo_m = pi.sum_m if D > 1 else 0  # rows between ways per layer and direction: Σ_w M_w
     for st, (a, b) in enumerate(blocks):
         comp = 0.0
         halo = 0.0
@@ -1008,12 +1010,13 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                 # Two buffers of the way's rows at any time: history + cross-chunk gradients
                 # before the first snapshot, history (reused for the gradients in backward)
                 # + snapshot after it; in ``history_bytes`` per value (bfloat16: 2).
-                hist += (2.0 if C > 1 else 0.0) * spec.history_bytes * (N if D == 1 else rows) * u.in_dim
+                # (a hybrid way: its own rows and its halo's, R_u beside H_u)
+                hist += (2.0 if C > 1 else 0.0) * spec.history_bytes * (N if D == 1 else rows + pi.max_halo) * u.in_dim
                 if D > 1:
                     # Per chunk, forward rows and backward gradients with the other ways:
-                    # 2·C blocking all-to-alls per unit, per-chunk halos (Σ_k M_{w,k}).
-                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, chunk_halo / D * u.in_dim * s,
-                                          chunk_halo / D * u.in_dim * s, messages=C)
+                    # 2·C blocking all-to-alls per unit, each row once (Σ_w M_w in all).
+                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, halo_m / D * u.in_dim * s,
+                                          halo_m / D * u.in_dim * s, messages=C)
                     n_coll += 2 * C
                     comp += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
             # every chunk's saved tensors live until the flush: own + neighbour rows
@@ -1085,7 +1088,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     epoch = compute + comm + bubble + opt
     _ = ranks_all
     pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0)
-    halo_bytes = volume.hybrid_bytes(N, chunk_halo, stats.num_features, spec.layers, d, S, D, s,
+    halo_bytes = volume.hybrid_bytes(N, halo_m, stats.num_features, spec.layers, d, S, D, s,
                                      spec.model, h0=spec.h0) - pipe_bytes
     if C > 1:  # stale hybrid halo rows and their gradients travel in the history's dtype
         halo_bytes = halo_bytes * spec.history_bytes // s

@@ -442,16 +442,23 @@ def test_kill_and_resume_on_two_ranks_equals_uninterrupted(tmp_path):
 
 @pytest.mark.mpi
 def test_hybrid_resume_on_four_ranks_equals_uninterrupted(tmp_path):
-    """2 ways x 2 stages: every rank saves its own stage's weights, optimiser state and
-    buffers into one committed checkpoint, and the resumed run ends where the
-    uninterrupted one does (MPI ranks; one launch runs the three jobs in order)."""
+    """2 ways x 2 stages, stale: every rank saves its own stage's weights, optimiser state
+    and buffers (history and the other ways' rows, or their snapshots) into one committed
+    checkpoint, and the resumed run ends where the uninterrupted one does, with a snapshot
+    (period 3) and without one (the live remote rows are then read after the resume)
+    (MPI ranks; one launch runs the six jobs in order)."""
     env = {"PYTHONPATH": str(TESTS)}
     hcfg = dict(PIPE, mode="hybrid", ways=2, stages=2, epochs=9)
+    ncfg = dict(hcfg, snapshot_period=0)
     ref, run = tmp_path / "ref", tmp_path / "run"
+    ref0, run0 = tmp_path / "ref0", tmp_path / "run0"
     ranks = spawn_ranks("test_checkpoint:train_rank", 4, "mpi", env=env, args={"jobs": [
         {"cfg": hcfg, "out": str(ref)},
         {"cfg": dict(hcfg, epochs=6, checkpoint_every=2), "out": str(run)},
         {"cfg": dict(hcfg, checkpoint_every=2, resume=str(run)), "out": str(run)},
+        {"cfg": ncfg, "out": str(ref0)},
+        {"cfg": dict(ncfg, epochs=6, checkpoint_every=2), "out": str(run0)},
+        {"cfg": dict(ncfg, checkpoint_every=2, resume=str(run0)), "out": str(run0)},
     ]})
     try:
         out = _finish(ranks)
@@ -461,4 +468,5 @@ def test_hybrid_resume_on_four_ranks_equals_uninterrupted(tmp_path):
     commit = json.loads((run / "checkpoints" / "epoch-5" / "COMMIT.json").read_text())
     assert sorted(commit["files"]) == [f"rank{r}.pt" for r in range(4)]
     _same_metrics(_metrics(run), _metrics(ref), "hybrid 2x2 resumed from epoch 5")
+    _same_metrics(_metrics(run0), _metrics(ref0), "hybrid 2x2 without snapshots resumed from epoch 5")
     assert json.loads((run / "config.json").read_text())["resumed_from"].endswith("epoch-5")

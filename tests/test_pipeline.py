@@ -5,7 +5,8 @@
 * stale mode equals the independent one-process reference semantics
   (:mod:`gnnpipe.parallel.reference`), whatever the number of stages;
 * activation + gradient bytes per epoch equal ``2·s·(S−1)·|V|·d`` (×2 when GCNII's h0
-  travels), independent of depth.
+  travels), independent of depth;
+* the stale hybrid's halo bytes between ways equal graph parallelism's for the same parts.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from gnnpipe.models import build_model  # noqa: E402
 from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
 from gnnpipe.parallel.reference import StaleReference  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
-from gnnpipe.partition.volume import pipeline_bytes  # noqa: E402
+from gnnpipe.partition.halo import part_halo  # noqa: E402
+from gnnpipe.partition.volume import graph_parallel_bytes, pipeline_bytes  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
 
@@ -184,18 +186,20 @@ def test_hybrid_stale_equals_reference_with_ways(comm):
         ref = stale_reference(**kw)
         _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {comm}")
         _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 {comm} (way 1)")
-        # halo bytes: every slot, every aggregating unit whose input is trained, each way's
-        # chunk receives its remote neighbour rows forward and returns their gradients.
+        # halo bytes: at every aggregating unit whose input is trained, each boundary row
+        # travels once per epoch to each way that reads it (whatever number of its chunks
+        # do) and its gradient once back: graph parallelism's bytes over the same 2 parts.
         rg, plan, cfg = ref["relabelled"], ref["plan"], ref["cfg"]
         chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr)
         pp = np.asarray(plan.part_ptr)
-        remote = 0
-        for c, ch in enumerate(chunks):
-            w = c // 3
-            ids = ch.nbr_ids.numpy()
-            remote += int(((ids < pp[w]) | (ids >= pp[w + 1])).sum())
+        sum_m = 0
+        for w in range(2):
+            ids = np.concatenate([ch.nbr_ids.numpy() for ch in chunks[3 * w : 3 * w + 3]])
+            sum_m += np.unique(ids[(ids < pp[w]) | (ids >= pp[w + 1])]).size
+        assert sum_m == sum(part_halo(rg, plan, w).num_halo for w in range(2))
         n_ex = 3 if cfg.model in FEATURE_FIRST_MODELS else 4  # their first layer reads constant features
-        expect = 2 * 4 * remote * cfg.hidden * n_ex
+        expect = 2 * 4 * sum_m * cfg.hidden * n_ex
+        assert expect == graph_parallel_bytes(sum_m, rg.num_features, 4, cfg.hidden, 4, cfg.model)
         got = sum(r["bytes"].get("halo_fwd", 0) + r["bytes"].get("halo_bwd", 0) for r in ranks)
         assert got == expect, f"{run['model']}: hybrid halo bytes {got} != {expect}"
         pipe = sum(r["bytes"].get("pipe_act", 0) + r["bytes"].get("pipe_grad", 0) for r in ranks)

@@ -29,7 +29,7 @@ from gnnpipe.parallel.build import first_stage_features  # noqa: E402
 from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
 from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
 from gnnpipe.parallel.stage import PipelineStage  # noqa: E402
-from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
+from gnnpipe.partition import build_plan, part_halo, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
 from gnnpipe.train import build_executor  # noqa: E402
@@ -159,12 +159,27 @@ def test_hybrid_way_history_rows_are_its_part():
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     st = PipelineStage(list(model.units)[1:], 1, chunks_all[3:], rg.num_nodes, None, rg.labels, None, masks, 100,
-                       True, StaleOptions(), seed=0, source=link)
+                       True, StaleOptions(snapshot_period=1), seed=0, source=link)
     lo, hi = int(plan.part_ptr[1]), int(plan.part_ptr[2])
     assert st.row0 == lo and all(h.shape[0] == hi - lo < rg.num_nodes for h in st.hist.values())
     for k in range(3):
         ids = chunks_all[3 + k].nbr_ids
         assert torch.equal(ids[link.own_pos[k]], link.own_rows[k] + lo)
+        assert torch.equal(ids[link.remote_pos[k]], link.halo_ids[link.remote_rows[k]])
+    # R_u holds the way's halo (graph parallelism's halo of the same part), once
+    assert link.halo_rows == part_halo(rg, plan, 1).num_halo
+    assert st.remote.keys() == st.hist.keys()
+    assert all(r.shape[0] == link.halo_rows for r in st.remote.values())
+    # R follows H: snapshot at the backward turn, GR in R's storage, restored next epoch
+    st.begin_epoch(0)
+    for r in st.remote.values():
+        r.fill_(3.0)
+    st.begin_backward()
+    assert all(st.gremote[p].data_ptr() == st.remote[p].data_ptr() for p in st.remote)
+    assert all(float(st.rsnap[p].min()) == 3.0 for p in st.remote)
+    st.end_epoch()
+    st.begin_epoch(1)
+    assert all(torch.equal(st.remote[p], st.rsnap[p]) for p in st.remote)
 
 
 @pytest.mark.parametrize("bad", ["float16", "int8"])

@@ -528,10 +528,11 @@ def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "
     """Σ over ways w and their chunks k of M_{w,k}: distinct neighbours in OTHER ways of
     chunk k's nodes, on the plan ``gnnpipe-train`` builds (same method and seed).
 
-    The hybrid executor exchanges boundary rows per chunk (:class:`gnnpipe.parallel.
-    pipeline.WayLink`), so a remote vertex needed by two chunks of a way travels twice:
-    its halo bytes per epoch are ``2·s·d·n_x·`` this sum (:func:`gnnpipe.partition.volume.
-    hybrid_bytes`). The count is :func:`gnnpipe.partition.volume.chunk_halo_sum` on the plan.
+    The rows of other ways the hybrid's chunks read per exchanged layer; they travel once
+    per way (:class:`gnnpipe.parallel.halo.WayLink`), so the hybrid's halo bytes follow
+    Σ_w M_w instead (:func:`gnnpipe.partition.volume.hybrid_bytes`) and this sum over it
+    is what per-chunk exchanges would send. The count is
+    :func:`gnnpipe.partition.volume.chunk_halo_sum` on the plan.
     """
     from gnnpipe.partition.plan import build_plan
     from gnnpipe.partition.volume import chunk_halo_sum as _count

@@ -4,13 +4,15 @@ Used by graph parallelism before every aggregation and by the exact hybrid betwe
 Forward sends each peer the rows it needs and receives this part's halo rows; backward sends
 the halo rows' gradients home, where they are added into the owners' rows.
 
-:class:`WayLink` is the stale hybrid's version: per chunk, the boundary rows of the ways'
-history buffers, and their gradients into the owners' cross-chunk gradient buffers.
+:class:`WayLink` is the hybrid's link between ways. Stale, it pushes each boundary row of
+the ways' history buffers once per unit and epoch, at its owner's slot, into the readers'
+remote-row buffers, and batches the gradients of those rows until their owner's backward
+slot (its docstring states the semantics exactly).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -105,35 +107,73 @@ class WayLink:
     """How one stage of one way reaches the same stage of the other ways (hybrid mode).
 
     The hybrid's :class:`gnnpipe.parallel.stage.NeighbourSource`. Every way processes its
-    local chunk ``k`` at the same slot of the epoch (one chunk order for all), so at each aggregating unit the ways exchange, for chunk ``k``, the boundary rows
-    of their history buffers (fresh for chunks already processed this epoch, this slot
-    included, stale otherwise), and in backward the gradients of those rows go back to their
-    owners' cross-chunk gradient buffers (visible from the next slot on, like every other
-    cross-chunk gradient).
+    local chunk ``k`` at the same slot of the epoch (one chunk order for all ways).
 
-    A way's history and gradient buffers hold only its own part's rows (row ``i - lo`` is
-    node ``i``): it writes no other rows, and the other ways' rows it reads are received
-    for the chunk that reads them, so they need not persist.
+    Exact hybrid (one chunk per way): :meth:`with_fresh` exchanges the whole part's halo
+    inside autograd (:class:`HaloExchanger`), as graph parallelism does.
+
+    Stale hybrid: the semantics of one aggregating unit ``u`` of a stage, per epoch.
+
+    * **Buffers** (owned by the stage, handed in): ``H_u`` holds this way's own part's rows
+      (row ``i - lo`` is node ``i``); ``R_u`` holds this way's *halo*, the rows of other
+      ways that any of its chunks reads, ``M_w`` rows in ascending node order
+      (:attr:`halo_ids`); ``G_u`` and ``GR_u`` are the cross-chunk gradient buffers of the
+      same rows.
+    * **Forward, slot of local chunk k** (:meth:`push`, then :meth:`read`): the stage writes
+      chunk k's input rows into ``H_u``; then every way sends the rows of *its* chunk k that
+      other ways' halos hold (each (row, needing way) pair once), and the receivers write
+      them into ``R_u``. Chunk k then reads its own part's neighbour rows from ``H_u`` and
+      the other ways' from ``R_u``. So a neighbour row is **fresh** (this epoch's) when its
+      owner's chunk has run forward this epoch, this slot included, and **stale** otherwise:
+      the value of the owner's last forward of it, or the snapshot's when the history is
+      restored from a snapshot at the start of the epoch (the stage snapshots and restores
+      ``R_u`` together with ``H_u``, so ``R_u`` always equals its owners' ``H_u`` rows).
+    * **Backward** (:meth:`return_grads`, :meth:`before_backward`): the gradients of chunk
+      k's neighbour rows go into ``G_u`` (own part) or accumulate locally in ``GR_u`` (other
+      ways). At the backward slot of local chunk k, *before* its autograd backward, every
+      way sends each owner the ``GR_u`` rows of the owner's chunk k (once) and zeroes them;
+      the owner adds them into ``G_u``, from which chunk k's backward injects them (times
+      ``grad_scale``). So a gradient counts exactly when it was produced at an earlier
+      backward slot than its row's chunk's (its chunk was fresh for the reader); gradients
+      for rows whose chunk already ran backward (same slot or earlier) stay in ``GR_u`` and
+      are dropped when the stage zeroes it at the end of the epoch.
+    * **Bytes**: per unit and epoch every (row, needing way) pair travels once forward and
+      once backward: ``2·s·d·Σ_w M_w``, graph parallelism's halo volume over the same
+      parts.
+    * **Evaluation**: :meth:`push` with ``k=None`` sends every halo row at once (current
+      rows), then :meth:`read` per chunk.
+
+    :mod:`gnnpipe.parallel.reference` implements the same rules independently (full
+    ``[N, d]`` histories in one process, ``ways=``): these are equal to reading the owners'
+    ``H_u`` at the moment of the read and sending gradients into ``G_u`` at once; only the
+    bytes and the summation order differ.
 
     Attributes:
         comm: the stage communicator (rank = way).
         lo, hi: this way's part (relabelled id range).
-        recv_ids[k][q]: ids of way q's part that local chunk k of this way needs (sorted).
-        recv_pos[k][q]: their positions in chunk k's ``nbr_ids``.
-        send_ids[k][q]: ids of this way's part that chunk k of way q needs (sorted).
+        halo_ids: int64 [M_w] the other ways' ids this way's chunks read (sorted); row ``r``
+            of ``R_u`` is node ``halo_ids[r]``.
         own_pos[k] / own_rows[k]: positions in chunk k's ``nbr_ids`` of this part's ids, and
-            their rows in this way's buffers.
+            their rows in this way's ``H_u``.
+        remote_pos[k] / remote_rows[k]: positions in chunk k's ``nbr_ids`` of other ways'
+            ids, and their rows in ``R_u``.
+        push_rows[k][q]: rows of ``H_u`` (this way's chunk k) that way q's halo holds
+            (sorted; empty for q = this way).
+        pull[k][q]: ``(a, b)``: the rows ``R_u[a:b]`` that hold way q's chunk k (empty for
+            q = this way).
         exchanger: exact mode: the autograd halo exchange of the whole part.
     """
 
     comm: object
     lo: int
     hi: int
-    recv_ids: list
-    recv_pos: list
-    send_ids: list
-    own_pos: list = field(default_factory=list)
-    own_rows: list = field(default_factory=list)
+    halo_ids: torch.Tensor
+    own_pos: list
+    own_rows: list
+    remote_pos: list
+    remote_rows: list
+    push_rows: list
+    pull: list
     exchanger: object = None
 
     collective = True
@@ -149,76 +189,118 @@ class WayLink:
         return None if self.fresh else self.hi - self.lo
 
     @property
+    def halo_rows(self) -> int:
+        """Rows of ``R_u``: ``M_w``."""
+        return int(self.halo_ids.numel())
+
+    @property
     def fresh(self) -> bool:
         return self.exchanger is not None
 
     def num_nbrs(self, k: int) -> int:
         """Rows in chunk k's ``nbr_ids``: this part's and every other way's."""
-        return self.own_pos[k].numel() + sum(int(p.numel()) for p in self.recv_pos[k])
+        return self.own_pos[k].numel() + self.remote_pos[k].numel()
 
     def with_fresh(self, h: torch.Tensor) -> torch.Tensor:
         """Exact hybrid: ``[h; halo rows]`` of the whole part, exchanged inside autograd."""
         return with_halo(h, self.exchanger)
 
-    def gather(self, hist: torch.Tensor, k: int, category: str = "halo_fwd") -> torch.Tensor:
-        """float32 [m, d] chunk k's neighbour rows: this part's from ``hist``, the others'
-        from their owners' buffers (one all-to-all)."""
-        d = hist.shape[1]
-        m = self.num_nbrs(k)
-        send = [hist.index_select(0, ids - self.lo) for ids in self.send_ids[k]]
-        recv = [hist.new_empty((ids.numel(), d)) for ids in self.recv_ids[k]]
-        self.comm.all_to_all(send, recv, category=category)
-        out = torch.empty((m, d), dtype=torch.float32)
-        out.index_copy_(0, self.own_pos[k], hist.index_select(0, self.own_rows[k]).float())
-        for pos, rows in zip(self.recv_pos[k], recv):
-            if pos.numel():
-                out.index_copy_(0, pos, rows.float())
+    def _sends(self, k: int | None) -> list:
+        """Per way q: the rows of ``H_u`` it gets (chunk k's; every chunk's for None)."""
+        if k is not None:
+            return self.push_rows[k]
+        return [torch.cat([p[q] for p in self.push_rows]) for q in range(len(self.push_rows[0]))]
+
+    def _slices(self, k: int | None) -> list:
+        """Per way q: ``(a, b)`` of the rows of ``R_u`` it owns (chunk k's; all for None)."""
+        if k is not None:
+            return self.pull[k]
+        return [(self.pull[0][q][0], self.pull[-1][q][1]) for q in range(len(self.pull[0]))]
+
+    def push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int | None, category: str = "halo_fwd") -> None:
+        """Every way sends the rows of its chunk ``k`` (every chunk: None) of ``buf`` that
+        the others' halos hold; this way's ``rbuf`` rows of the others' chunk ``k`` are
+        overwritten with theirs (one all-to-all; every way takes part)."""
+        send = [buf.index_select(0, rows) for rows in self._sends(k)]
+        recv = [rbuf[a:b] for a, b in self._slices(k)]
+        if self.comm.world_size > 1:
+            self.comm.all_to_all(send, recv, category=category)
+
+    def read(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int) -> torch.Tensor:
+        """float32 [m_k, d] chunk k's neighbour rows, in its ``nbr_ids`` order: this part's
+        from ``buf``, the other ways' from ``rbuf`` (no communication)."""
+        out = torch.empty((self.num_nbrs(k), buf.shape[1]), dtype=torch.float32)
+        out.index_copy_(0, self.own_pos[k], buf.index_select(0, self.own_rows[k]).float())
+        out.index_copy_(0, self.remote_pos[k], rbuf.index_select(0, self.remote_rows[k]).float())
         return out
 
-    def return_grads(self, gacc: torch.Tensor, grad: torch.Tensor | None, k: int) -> None:
-        """This part's rows of ``grad`` (chunk k's neighbour rows; None: zeros) into
-        ``gacc``; the others to their owners' ``gacc`` (every way takes part)."""
-        if grad is None:
-            grad = torch.zeros(self.num_nbrs(k), gacc.shape[1])
+    def return_grads(self, gacc: torch.Tensor, gremote: torch.Tensor | None, grad: torch.Tensor, k: int) -> None:
+        """Chunk k's neighbour-row gradients: this part's into ``gacc``, the other ways'
+        into ``gremote`` (sent later by :meth:`before_backward`; no communication)."""
         acc_rows(gacc, self.own_rows[k], grad.index_select(0, self.own_pos[k]))
-        d = gacc.shape[1]
-        send = [grad.index_select(0, pos).to(gacc.dtype) for pos in self.recv_pos[k]]
-        recv = [gacc.new_empty((ids.numel(), d)) for ids in self.send_ids[k]]
-        self.comm.all_to_all(send, recv, category="halo_bwd")
-        for ids, rows in zip(self.send_ids[k], recv):
-            if ids.numel():
-                acc_rows(gacc, ids - self.lo, rows)
+        acc_rows(gremote, self.remote_rows[k], grad.index_select(0, self.remote_pos[k]))
+
+    def before_backward(self, k: int, gacc: dict, gremote: dict) -> None:
+        """The backward slot of local chunk ``k``, before its autograd backward: per unit
+        (ascending position), every way sends each owner its ``gremote`` rows of the
+        owner's chunk ``k`` and zeroes them; the owners add them into ``gacc`` (one
+        all-to-all per unit; every way takes part)."""
+        for pos in sorted(gacc):
+            g, gr = gacc[pos], gremote[pos]
+            d = g.shape[1]
+            send = [gr[a:b] for a, b in self.pull[k]]
+            recv = [g.new_empty((rows.numel(), d)) for rows in self.push_rows[k]]
+            if self.comm.world_size > 1:
+                self.comm.all_to_all(send, recv, category="halo_bwd")
+            for rows, got in zip(self.push_rows[k], recv):
+                if rows.numel():
+                    acc_rows(g, rows, got)
+            for t in send:
+                t.zero_()
 
 
 def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool) -> WayLink:
-    """The :class:`WayLink` of ``way`` from every way's chunks (all ranks know the plan)."""
+    """The :class:`WayLink` of ``way`` from every way's chunks (all ranks know the plan).
+
+    ``chunks_all``: every chunk of every way (way-major, ``chunks_per_way`` each), with
+    its ``lo``, ``hi`` and ``nbr_ids`` (a block only for this way's own chunks).
+    """
     D, C = plan.num_parts, chunks_per_way
     part_ptr = np.asarray(plan.part_ptr, dtype=np.int64)
     lo, hi = int(part_ptr[way]), int(part_ptr[way + 1])
 
-    def by_owner(ids: np.ndarray) -> list[np.ndarray]:
-        owner = np.searchsorted(part_ptr, ids, side="right") - 1
-        return [ids[owner == q] for q in range(D)]
+    def halo_of(q: int, a: int, b: int) -> np.ndarray:
+        """Sorted ids in [a, b) that any chunk of way q reads."""
+        ids = [ch.nbr_ids.numpy() for ch in chunks_all[q * C : (q + 1) * C]]
+        ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        return np.unique(ids[(ids >= a) & (ids < b)])
 
-    recv_ids, recv_pos, send_ids, own_pos, own_rows = [], [], [], [], []
+    mine_all = [chunks_all[way * C + k].nbr_ids.numpy() for k in range(C)]
+    halo = np.unique(np.concatenate([m[(m < lo) | (m >= hi)] for m in mine_all] + [np.zeros(0, np.int64)]))
+    needs = [halo_of(q, lo, hi) if q != way else np.zeros(0, np.int64) for q in range(D)]
+    own_pos, own_rows, remote_pos, remote_rows, push_rows, pull = [], [], [], [], [], []
     for k in range(C):
-        mine = chunks_all[way * C + k].nbr_ids.numpy()
-        groups = by_owner(mine)
-        own = np.flatnonzero((mine >= lo) & (mine < hi))
-        own_pos.append(torch.from_numpy(own))
+        mine = mine_all[k]
+        own = (mine >= lo) & (mine < hi)
+        own_pos.append(torch.from_numpy(np.flatnonzero(own)))
         own_rows.append(torch.from_numpy(mine[own] - lo))
-        groups[way] = groups[way][:0]
-        recv_ids.append([torch.from_numpy(g) for g in groups])
-        recv_pos.append([torch.from_numpy(np.searchsorted(mine, g)) for g in groups])
-        sends = []
+        remote_pos.append(torch.from_numpy(np.flatnonzero(~own)))
+        remote_rows.append(torch.from_numpy(np.searchsorted(halo, mine[~own])))
+        me = chunks_all[way * C + k]
+        push_rows.append([torch.from_numpy(n[(n >= me.lo) & (n < me.hi)] - lo) for n in needs])
+        sl = []
         for q in range(D):
-            theirs = chunks_all[q * C + k].nbr_ids.numpy()
-            sends.append(torch.from_numpy(theirs[(theirs >= lo) & (theirs < hi)] if q != way else theirs[:0]))
-        send_ids.append(sends)
-    link = WayLink(cross, lo, hi, recv_ids, recv_pos, send_ids, own_pos, own_rows)
+            if q == way:
+                sl.append((0, 0))
+                continue
+            theirs = chunks_all[q * C + k]
+            sl.append((int(np.searchsorted(halo, theirs.lo)), int(np.searchsorted(halo, theirs.hi))))
+        pull.append(sl)
+    link = WayLink(cross, lo, hi, torch.from_numpy(halo), own_pos, own_rows, remote_pos, remote_rows,
+                   push_rows, pull)
     if exact:
         if C != 1:
             raise GnnpipeError("internal: exact hybrid runs one chunk per way")
-        link.exchanger = HaloExchanger(cross, hi - lo, [(ids - lo).numpy() for ids in send_ids[0]],
-                                       [ids.numel() for ids in recv_ids[0]])
+        link.exchanger = HaloExchanger(cross, hi - lo, [r.numpy() for r in push_rows[0]],
+                                       [b - a for a, b in pull[0]])
     return link

@@ -8,6 +8,17 @@ the ones the pipeline module documents (chunk order, history, cross-chunk gradie
 ``grad_scale`` when fresh and dropped when stale, snapshots). Because every rule is local to
 one unit, the result does not depend on how units are split into stages: the distributed
 runtime with any number of stages must reproduce it.
+
+With ``ways`` (the hybrid), it is also the oracle of the stale hybrid's link between ways
+(:class:`gnnpipe.parallel.halo.WayLink`), sharing no code with it: there is one history
+``H`` of every node and one gradient matrix ``G``, no remote-row buffers and nothing sent.
+A neighbour row in another way is read straight from ``H`` when the slot aggregates (fresh
+if its chunk ran this epoch, this slot included; last epoch's or the snapshot's
+otherwise), and the gradients a slot produces are added into ``G`` after the slot (so they
+count for chunks whose backward comes at a later slot, and are dropped for chunks of the
+same or an earlier slot). WayLink's pushes of each row at its owner's slot and its
+batching of gradients until the owner's backward slot must give the same numbers; only
+the summation order differs.
 """
 
 from __future__ import annotations

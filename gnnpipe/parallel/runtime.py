@@ -186,7 +186,9 @@ class PipelineExecutor(Executor):
         """This stage's parameters, optimizer, and what the next epoch reads of the history:
         the snapshot when one exists (the next epoch restores the history from it; between
         epochs the history's storage holds the last backward's cross-chunk gradients), the
-        history buffers otherwise.
+        history buffers otherwise; the same of the remote rows (stale hybrid: the other
+        ways' rows ``R``, or their snapshot), which the next epoch reads where their owners'
+        chunks have not run yet.
 
         Cross-chunk gradient buffers are empty between epochs and chunk order and dropout
         are pure functions of (seed, epoch), so this is everything a resume needs.
@@ -200,6 +202,8 @@ class PipelineExecutor(Executor):
             # with a snapshot the next epoch restores the history from it: H is not needed
             "hist": {k: v.clone() for k, v in st.hist.items()} if st.snap is None else {},
             "snap": None if st.snap is None else {k: v.clone() for k, v in st.snap.items()},
+            "remote": {k: v.clone() for k, v in st.remote.items()} if st.snap is None else {},
+            "rsnap": None if st.rsnap is None else {k: v.clone() for k, v in st.rsnap.items()},
         }
 
     def owned_units(self) -> dict[int, dict]:
@@ -219,7 +223,12 @@ class PipelineExecutor(Executor):
             self.opt.load_state_dict(state["opt"])
         for k, v in state["hist"].items():
             st.hist[k].copy_(v)
-        st.set_snapshot(state["snap"])
+        if st.remote and "remote" not in state:
+            raise GnnpipeError("checkpoint holds no remote rows of the other ways (saved before they were "
+                               "checkpointed); resuming would change the numbers")
+        for k, v in state.get("remote", {}).items():
+            st.remote[k].copy_(v)
+        st.set_snapshot(state["snap"], state.get("rsnap"))
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
@@ -257,6 +266,12 @@ class PipelineExecutor(Executor):
         try:
             for pos, u in enumerate(st.units):
                 out, new_carry = None, {}
+                remote = None
+                if u.aggregates and not (st.first_unit == 0 and pos == 0):
+                    # the other ways' current rows this way reads: one exchange per unit
+                    rows = st.source.halo_rows
+                    remote = None if rows is None else h.new_empty((rows, h.shape[1]))
+                    st.source.push(h, remote, None, category="eval")
                 for k, ch in enumerate(st.chunks):
                     a, b = ch.lo - base, ch.hi - base
                     features = st.first_unit == 0 and pos == 0
@@ -270,8 +285,8 @@ class PipelineExecutor(Executor):
                             h_src = st.x_src_rows(k)
                         else:
                             # h's row r is node base + r, as the stage's buffers: the same
-                            # gather as training's, from current rows instead of history
-                            h_src = torch.cat([hk, st.source.gather(h, k, category="eval")], dim=0)
+                            # read as training's, from current rows instead of history
+                            h_src = torch.cat([hk, st.source.read(h, remote, k)], dim=0)
                         o, c2 = u(hk, ck, ctx, block=ch.block, h_src=h_src)
                     else:
                         o, c2 = u(hk, ck, ctx, block=ch.block)

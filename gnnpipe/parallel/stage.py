@@ -32,6 +32,12 @@ independent one-process implementation of the same rules, used as the tests' ora
 5. **Exact mode.** One chunk spanning the whole graph: every aggregation sees current-epoch
    inputs, no history is read, and the result equals the one-process full-graph run (stages
    then cannot overlap within the epoch).
+6. **Hybrid ways (stale).** ``D`` ways run the same chunk order, local chunk ``k`` of every
+   way at the same slot. Rules 2–4 hold over the whole graph: a neighbour row in another
+   way is fresh if its owner's chunk ran forward this epoch (this slot included), one epoch
+   old (or the snapshot's) otherwise; its gradient counts if produced at an earlier
+   backward slot than its chunk's. How the rows and gradients travel (each boundary row
+   once per unit and epoch in each direction) is :class:`gnnpipe.parallel.halo.WayLink`'s.
 
 Weight gradients accumulate over the chunks; each stage steps its optimizer once per epoch.
 """
@@ -147,49 +153,77 @@ class NeighbourSource(Protocol):
     """Where a stage's chunks read their out-of-chunk neighbour rows, and where those rows'
     gradients go.
 
-    Row ``r`` of the buffers handed in is node ``row0 + r``.
+    Row ``r`` of the history buffers handed in (``buf``, ``gacc``) is node ``row0 + r``. A
+    source may also need a *remote* buffer per aggregating unit (``rbuf``, ``R_u``, with
+    its gradient twin ``gremote``, ``GR_u``): rows that other processes own, which it keeps
+    up to date through :meth:`push`. The stage allocates, snapshots and restores these
+    buffers exactly as it does the history (so a checkpoint holds them); the source only
+    fills them.
 
     Attributes:
-        row0: the first node of the buffers' rows.
+        row0: the first node of the history buffers' rows.
         rows: rows of the history buffers (None: every node of the graph).
+        halo_rows: rows of the remote buffers (None: the source needs none).
         fresh: the rows are exchanged fresh inside autograd (:meth:`with_fresh`; exact
             hybrid), so the stage keeps no history.
-        collective: :meth:`gather` and :meth:`return_grads` are collectives every way must
-            enter for every aggregating unit and chunk, even with no rows to move.
+        collective: :meth:`push` and :meth:`before_backward` are collectives every way
+            must enter in the same order, even with no rows to move: :meth:`push` at every
+            aggregating unit whose input is trained, in every chunk's forward and once per
+            such unit in evaluation; :meth:`before_backward` at every chunk's backward (so
+            such a source needs history buffers on every such unit).
     """
 
     row0: int
     rows: int | None
+    halo_rows: int | None
     fresh: bool
     collective: bool
 
-    def gather(self, buf: torch.Tensor, k: int, category: str = "halo_fwd") -> torch.Tensor:
-        """float32 [m_k, d]: chunk k's neighbour rows, in its ``nbr_ids`` order."""
+    def push(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int | None,
+             category: str = "halo_fwd") -> None:
+        """Bring ``rbuf`` up to date with chunk ``k``'s rows of ``buf`` (every chunk's: None,
+        evaluation), just written; called before :meth:`read` of the same unit."""
 
-    def return_grads(self, gacc: torch.Tensor, grad: torch.Tensor | None, k: int) -> None:
-        """Add chunk k's neighbour-row gradients (None: all zero) into their owners' ``gacc``."""
+    def read(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int) -> torch.Tensor:
+        """float32 [m_k, d]: chunk k's neighbour rows, in its ``nbr_ids`` order (no
+        communication)."""
+
+    def return_grads(self, gacc: torch.Tensor, gremote: torch.Tensor | None, grad: torch.Tensor, k: int) -> None:
+        """Add chunk k's neighbour-row gradients into ``gacc`` (rows of ``buf``) or
+        ``gremote`` (rows of ``rbuf``) (no communication)."""
+
+    def before_backward(self, k: int, gacc: dict, gremote: dict) -> None:
+        """At chunk k's backward, before its autograd backward: deliver what ``gremote``
+        (per unit position) holds for chunk k's rows into their owners' ``gacc``."""
 
     def with_fresh(self, h: torch.Tensor) -> torch.Tensor:
         """``[h; neighbour rows]`` exchanged inside autograd (fresh sources only)."""
 
 
 class LocalHistory:
-    """One way: every neighbour row lives in this stage's own buffers (row = node id)."""
+    """One way: every neighbour row lives in this stage's own buffers (row = node id); no
+    remote buffers, nothing to push or deliver."""
 
     row0 = 0
     rows = None
+    halo_rows = None
     fresh = False
     collective = False
 
     def __init__(self, chunks: list[ChunkInfo]) -> None:
         self.chunks = chunks
 
-    def gather(self, buf: torch.Tensor, k: int, category: str = "halo_fwd") -> torch.Tensor:
+    def push(self, buf, rbuf, k, category: str = "halo_fwd") -> None:
+        pass
+
+    def read(self, buf: torch.Tensor, rbuf, k: int) -> torch.Tensor:
         return buf.index_select(0, self.chunks[k].nbr_ids).float()
 
-    def return_grads(self, gacc: torch.Tensor, grad: torch.Tensor | None, k: int) -> None:
-        if grad is not None:
-            acc_rows(gacc, self.chunks[k].nbr_ids, grad)
+    def return_grads(self, gacc: torch.Tensor, gremote, grad: torch.Tensor, k: int) -> None:
+        acc_rows(gacc, self.chunks[k].nbr_ids, grad)
+
+    def before_backward(self, k: int, gacc: dict, gremote: dict) -> None:
+        pass
 
     def with_fresh(self, h: torch.Tensor) -> torch.Tensor:  # pragma: no cover - never fresh
         raise NotImplementedError("a stage's own history is never fresh")
@@ -226,6 +260,11 @@ class PipelineStage:
     storage and the snapshot is taken at the end of the forward phase (``H_u`` is not
     written in backward, so this equals taking it at the end of the epoch). Two buffers per
     unit at any time.
+
+    A source with remote rows (``source.halo_rows``; the stale hybrid's other ways' rows)
+    adds the same trio over those rows: ``R_u`` [halo_rows, d_in] beside ``H_u``, its
+    gradient ``GR_u`` beside ``G_u`` (in ``R_u``'s storage once a snapshot exists) and
+    ``RS_u`` beside ``S_u``, taken, restored and checkpointed at the same points.
     """
 
     def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
@@ -256,6 +295,10 @@ class PipelineStage:
         self.hist: dict[int, torch.Tensor] = {}
         self.gacc: dict[int, torch.Tensor] = {}  # G_u; aliases H_u in the backward phase once a snapshot exists
         self.snap: dict[int, torch.Tensor] | None = None
+        # R_u, GR_u, RS_u: the source's remote rows, their gradients, their snapshot
+        self.remote: dict[int, torch.Tensor] = {}
+        self.gremote: dict[int, torch.Tensor] = {}
+        self.rsnap: dict[int, torch.Tensor] | None = None
         self._backward_phase = False
         # A fresh source (exact hybrid) exchanges current rows: no history. A collective one
         # (stale hybrid) needs buffers on every unit so that every way's exchanges line up.
@@ -266,6 +309,10 @@ class PipelineStage:
                 self.hist[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
                 if opts.grad_fix:
                     self.gacc[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
+                if self.source.halo_rows is not None:
+                    self.remote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype)
+                    if opts.grad_fix:
+                        self.gremote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype)
         self.x_dst: list = []
         self.x_src: list = []
         # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
@@ -320,13 +367,16 @@ class PipelineStage:
         self._backward_phase = False
         if self.snap is not None:
             self.gacc = {}  # G_u lives in H_u's storage during the backward phase only
+            self.gremote = {}  # and GR_u in R_u's
             for pos, h in self.hist.items():
                 h.copy_(self.snap[pos])
+            for pos, r in self.remote.items():
+                r.copy_(self.rsnap[pos])
 
     def begin_backward(self) -> None:
         """The turn from the forward to the backward phase (every stage runs all its
-        forwards before any backward): snapshot epochs take S ← H here; once a snapshot
-        exists, G_u takes over H_u's storage, zeroed."""
+        forwards before any backward): snapshot epochs take S ← H (and RS ← R) here; once a
+        snapshot exists, G_u takes over H_u's storage (and GR_u R_u's), zeroed."""
         if self._backward_phase:
             return
         self._backward_phase = True
@@ -334,29 +384,41 @@ class PipelineStage:
         if k and (self.epoch + 1) % k == 0 and self.hist:
             if self.snap is None:
                 self.gacc = {}  # the separate G buffers are all zero here: G is written only in backward
+                self.gremote = {}
                 self.snap = {pos: h.clone() for pos, h in self.hist.items()}
+                self.rsnap = {pos: r.clone() for pos, r in self.remote.items()}
             else:
                 for pos, h in self.hist.items():
                     self.snap[pos].copy_(h)
+                for pos, r in self.remote.items():
+                    self.rsnap[pos].copy_(r)
         if self.snap is not None and self.opts.grad_fix:
             self.gacc = {pos: h.zero_() for pos, h in self.hist.items()}
+            self.gremote = {pos: r.zero_() for pos, r in self.remote.items()}
 
     def end_epoch(self) -> None:
         self.begin_backward()  # (a no-op after any backward)
         if self.snap is not None:
             self.gacc = {}  # H_u's storage: restored from the snapshot by the next epoch
-        for g in self.gacc.values():
+            self.gremote = {}
+        # gradients of rows whose chunk already ran backward are dropped here
+        for g in list(self.gacc.values()) + list(self.gremote.values()):
             g.zero_()
         self.state.clear()
         self._backward_phase = False
 
-    def set_snapshot(self, snap: dict | None) -> None:
-        """Load a snapshot (checkpoint resume): copied into buffers of the history dtype."""
+    def set_snapshot(self, snap: dict | None, rsnap: dict | None = None) -> None:
+        """Load a snapshot of ``H`` (and of ``R``, when the source has remote rows)
+        (checkpoint resume): copied into buffers of the history dtype."""
         if snap is None:
-            self.snap = None
+            self.snap = self.rsnap = None
             return
+        if self.remote and rsnap is None:
+            raise GnnpipeError("internal: a snapshot of the history without one of the remote rows")
         self.gacc = {}
+        self.gremote = {}
         self.snap = {pos: torch.empty_like(self.hist[pos]).copy_(v) for pos, v in snap.items()}
+        self.rsnap = {pos: torch.empty_like(self.remote[pos]).copy_(v) for pos, v in (rsnap or {}).items()}
 
     def _fresh_grad(self, pos: int, k: int, g: torch.Tensor) -> torch.Tensor:
         """``g`` plus chunk k's rows of G_u times grad_scale (see :class:`_InjectGrad`)."""
@@ -415,10 +477,11 @@ class PipelineStage:
                         if self.opts.grad_fix and h.requires_grad:
                             h = _InjectGrad.apply(h, self, pos, k)
                     m = ch.nbr_ids.numel()
-                    make = lambda hist=hist: self.source.gather(hist, k)  # noqa: E731
-                    # A collective source needs every unit in the backward exchange, even with
-                    # no neighbour rows, so that the ways' collectives line up.
-                    if training and self.opts.grad_fix and (m or self.source.collective):
+                    rbuf = self.remote.get(pos)
+                    if training:  # (a collective: every way, every unit, even with m = 0)
+                        self.source.push(hist, rbuf, k)
+                    make = lambda hist=hist, rbuf=rbuf: self.source.read(hist, rbuf, k)  # noqa: E731
+                    if training and self.opts.grad_fix and m:
                         sink = _GradSink()
                         nbr = _Sunk.apply(sink.anchor, None, make, sink)
                         st.nbr_leaves.append((pos, sink))
@@ -448,13 +511,17 @@ class PipelineStage:
         """Backward of chunk ``k``; returns (grad of the chunk's input rows, grads of carry_in)."""
         self.begin_backward()
         st = self.state.pop(k)
+        # remote rows' gradients accumulated since the forward phase, into their owners' G_u
+        # before chunk k's backward injects G_u (a collective: every way, every chunk)
+        self.source.before_backward(k, self.gacc, self.gremote)
         if self.is_last:
             torch.autograd.backward([st.loss], [torch.ones_like(st.loss)])
         elif st.root is not None:
             st.box.extend(grad_out if key is None else grad_carry.get(key) for key in st.out_req)
             torch.autograd.backward([st.root])
         for pos, sink in st.nbr_leaves:
-            self.source.return_grads(self.gacc[pos], sink.grad, k)
+            if sink.grad is not None:
+                self.source.return_grads(self.gacc[pos], self.gremote.get(pos), sink.grad, k)
         grad_in = None
         if st.h_in is not None:
             grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape)

@@ -140,7 +140,7 @@ def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False) -> int:
 
 def hybrid_bytes(
     N: int,
-    sum_m_chunks: int,
+    sum_m: int,
     F: int,
     L: int,
     d: int,
@@ -154,20 +154,20 @@ def hybrid_bytes(
     """Bytes per epoch of the hybrid: ``D`` pipelines of ``S`` stages, halos between ways.
 
     Each way pipelines its own vertices, so the stage-boundary traffic sums to
-    :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways the boundary
-    vertices are exchanged at every exchanged aggregation layer (:func:`exchanged_layers`),
-    whichever stage runs the layer, **per chunk**: our executor
-    (``gnnpipe.parallel.halo.WayLink``) sends, for each local chunk ``k`` of way ``w``,
-    the rows of other ways that chunk ``k`` needs, so a remote vertex needed by several
-    chunks of a way travels once per chunk. The halo term is therefore
-    ``2·s·d·n_x·Σ_w Σ_k M_{w,k}`` (``sum_m_chunks``, :func:`chunk_halo_sum`), not
-    ``Σ_w M_w`` (that is the per-way count, equal only with one chunk per way). The
-    weight all-reduce across ways is not included. ``D = 1`` is the pure pipeline.
+    :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways, at every exchanged
+    aggregation layer (:func:`exchanged_layers`), whichever stage runs it, each boundary
+    vertex travels once forward to each way that needs it and its gradient once back, per
+    epoch, however many chunks of that way read it (``gnnpipe.parallel.halo.WayLink``:
+    pushed at its owner's slot into the reader's remote-row buffer, gradients batched until
+    the owner's backward slot; the exact hybrid exchanges the same rows inside autograd).
+    The halo term is therefore :func:`graph_parallel_bytes` of the same ``D`` parts,
+    ``2·s·d·n_x·Σ_w M_w``. The weight all-reduce across ways is not included. ``D = 1`` is
+    the pure pipeline.
 
     Args:
         N: vertices.
-        sum_m_chunks: Σ over ways w and their chunks k of M_{w,k}, the distinct
-            neighbours in other ways of chunk k's vertices (:func:`chunk_halo_sum`).
+        sum_m: Σ_w M_w, the distinct remote neighbours of each way's part, summed over the
+            ``D`` ways (graph parallelism's Σ_p M_p for the same parts).
         F, L, d, s, model, formula: as in :func:`graph_parallel_bytes`.
         S: stages per way.
         D: ways.
@@ -175,16 +175,17 @@ def hybrid_bytes(
     """
     if D < 1:
         raise GnnpipeError(f"ways: expected at least 1, got {D}")
-    halo = graph_parallel_bytes(sum_m_chunks, F, L, d, s=s, model=model, formula=formula) if D > 1 else 0
+    halo = graph_parallel_bytes(sum_m, F, L, d, s=s, model=model, formula=formula) if D > 1 else 0
     return pipeline_bytes(N, d, S, s=s, h0=h0) + halo
 
 
 def chunk_halo_sum(indptr, indices, part, chunk) -> int:
-    """Σ over ways w and their chunks k of M_{w,k} (what :func:`hybrid_bytes` takes).
+    """Σ over ways w and their chunks k of M_{w,k}.
 
     ``M_{w,k}`` is the number of distinct vertices of OTHER ways that are neighbours of
-    chunk k of way w: exactly the rows the hybrid executor receives for that chunk at each
-    exchanged layer (and returns gradients for).
+    chunk k of way w: the rows of other ways that the hybrid executor reads for that chunk
+    at each exchanged layer (from its remote-row buffer; they travel once per way, so the
+    bytes follow Σ_w M_w, see :func:`hybrid_bytes`). It is never below Σ_w M_w.
 
     Args:
         indptr, indices: CSR of the graph (any node order; ``part``/``chunk`` index it).
