@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from gnnpipe import GnnpipeError
-from gnnpipe.dims import ParallelDims
-from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, load_profile, predict, profile_toml,
+from gnnpipe.cost import (GraphStats, ModelSpec, PartInfo, load_profile, predict, profile_toml, profiles_dir,
                           train_command, unit_works)
+from gnnpipe.dims import ParallelDims
 
 CPU_FIELDS = dict(cores_per_host=2.0, devices_per_node=64, shared_slowdown=1.1, oversub_slowdown=1.2,
                   coll_overhead_s=3e-4, oversub_wait_s=5e-3, chunk_overhead_s=1e-4, gather_bytes_s=5e9)
@@ -160,7 +159,6 @@ def test_validate_without_results_says_what_to_run(tmp_path, capsys):
 
 def test_calibrate_never_writes_a_shipped_profile(capsys):
     from gnnpipe.cli.plan import main
-    from gnnpipe.plan import profiles_dir
 
     target = profiles_dir() / "cpu-this-machine.toml"
     before = target.read_bytes()
@@ -173,19 +171,20 @@ def test_calibrate_writes_the_user_profile_dir(tmp_path, monkeypatch, capsys):
     # The measurements are stubbed (the real ones take a minute): what is checked is where
     # the profile goes and that the planner then finds it by name.
     from gnnpipe.cli import plan as P
+    from gnnpipe.cost import calibrate as cal
 
     fake = {"gemm_flops_s": 5e10, "spmm_edge_width_s": 5e9, "spmm_by_width": {64: 5e9}, "mem_bytes_s": 5e9,
             "unit_overhead_s": 1e-4, "bw_bytes_s": 2e9, "latency_s": 5e-5, "p2p": {8: 5e-5}}
-    monkeypatch.setattr(P, "measure", lambda quick, p2p: fake)
-    monkeypatch.setattr(P, "measure_dropout", lambda quick: 1e8)
-    monkeypatch.setattr(P, "measure_units", lambda *a, **k: {"spmm_edge_width_s": 4e9, "mem_bytes_s": 3e9,
+    monkeypatch.setattr(cal, "measure", lambda quick, p2p: fake)
+    monkeypatch.setattr(cal, "measure_dropout", lambda quick: 1e8)
+    monkeypatch.setattr(cal, "measure_units", lambda *a, **k: {"spmm_edge_width_s": 4e9, "mem_bytes_s": 3e9,
                                                              "unit_overhead_s": 2e-4, "fit": []})
-    monkeypatch.setattr(P, "measure_chunk_path", lambda quick: {"gather_bytes_s": 5e9, "chunk_overhead_s": 1e-5})
-    monkeypatch.setattr(P, "measure_contention", lambda cores, quick: {
+    monkeypatch.setattr(cal, "measure_chunk_path", lambda quick: {"gather_bytes_s": 5e9, "chunk_overhead_s": 1e-5})
+    monkeypatch.setattr(cal, "measure_contention", lambda cores, quick: {
         "alone_s": 0.01, "cores_s": 0.011, "oversub_s": 0.025, "shared_slowdown": 1.1, "oversub_slowdown": 1.1})
-    monkeypatch.setattr(P, "measure_collectives", lambda cores, quick: {
+    monkeypatch.setattr(cal, "measure_collectives", lambda cores, quick: {
         "coll_overhead_s": 1e-4, "oversub_wait_s": 1e-3, "oversub_iter_s": 0.02, "work_alone_s": 0.01})
-    monkeypatch.setattr(P, "measure_base_mem", lambda: 3e8)
+    monkeypatch.setattr(cal, "measure_base_mem", lambda: 3e8)
     monkeypatch.setenv("GNNPIPE_PROFILE_DIR", str(tmp_path / "mine"))
     assert P.main(["calibrate"]) == 0
     assert (tmp_path / "mine" / "cpu-this-machine.toml").is_file()
@@ -219,7 +218,7 @@ def test_calibrate_measures_the_base_memory_of_a_rank():
     written by hand: it must at least hold torch and PyG, and not be graph-sized."""
     import resource
 
-    from gnnpipe.cli.plan import measure_base_mem
+    from gnnpipe.cost.calibrate import measure_base_mem
 
     base = measure_base_mem()
     here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # this test process
@@ -280,7 +279,8 @@ def test_input_dropout_runs_over_neighbour_rows(cpu):
 
 
 def test_calibrate_measures_hashed_dropout():
-    from gnnpipe.cli.plan import measure_dropout
+    from gnnpipe.cost.calibrate import measure_dropout
 
     rate = measure_dropout(quick=True)
     assert 1e5 < rate < 1e12  # values per second of CPU time: positive and finite
+
