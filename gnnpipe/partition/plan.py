@@ -1,5 +1,8 @@
 """Node partitioning (METIS, random, contiguous), two-level plans, relabelling, plan IO.
 
+Over 600 lines: one path from a CSR to a relabelled plan on disk whose pieces share the
+plan's id conventions; its sections (level 1, CSR helpers, the plan, level 2) are the seams.
+
 A :class:`PartitionPlan` splits the vertices into ``P`` parts (graph-parallel ranks or
 hybrid ways) and every part into ``C`` chunks (pipeline micro-batches), and renumbers the
 vertices so that every part and every chunk is a contiguous id range, part-major, the
