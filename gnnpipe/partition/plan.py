@@ -35,6 +35,7 @@ from gnnpipe._base import GnnpipeError, __version__
 from gnnpipe.fsutil import atomic_directory
 from gnnpipe.fsutil import json_default as _json_default
 from gnnpipe.data.graph import Graph
+from gnnpipe.partition import coarsen
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +179,6 @@ class MetisMode:
 
 
 def _metis_auto(indptr, indices, parts, objective, seed, weights, mm: MetisMode) -> tuple[np.ndarray, str]:
-    from gnnpipe.partition import coarsen
-
     n, e = indptr.size - 1, int(indptr[-1])
     est = coarsen.estimate_metis_bytes(n, e)
     path = mm.mode
