@@ -15,20 +15,23 @@ from gnnpipe._base import GnnpipeError, __version__
 
 __all__ = ["Graph", "GnnpipeError", "Result", "TrainedModel", "__version__", "fit", "launch"]
 
-# Where each public name lives. They are loaded on first use, so `import gnnpipe` stays light
-# (no torch, numpy or scipy until one is wanted) and changes no global state; no module of the
-# package imports this one (they import gnnpipe._base), so this is no import cycle.
-_LAZY = {"Graph": "gnnpipe.data.graph", "fit": "gnnpipe.api", "launch": "gnnpipe.api",
-         "Result": "gnnpipe.api", "TrainedModel": "gnnpipe.api"}
+# The public names load on first use, so `import gnnpipe` stays light (no torch, numpy or
+# scipy until one is wanted) and changes no global state. No module of the package imports
+# this one (they import gnnpipe._base), so these imports are no cycle.
+_API = ("fit", "launch", "Result", "TrainedModel")
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    if name == "Graph":
+        from gnnpipe.data.graph import Graph
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return Graph
+    if name in _API:
+        from gnnpipe import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'gnnpipe' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | {"Graph", *_API})

@@ -1,5 +1,8 @@
 """The pipeline schedule as data: actions, generators, lowering, validation, simulation.
 
+Over 600 lines on purpose: one cohesive algebra over :class:`Action` (the validator runs the
+simulator, every error prints the grid), with no I/O; its numbered layers below are the seams.
+
 A pipeline epoch is described by one list of :class:`Action` values per stage. The
 pipeline runtime executes ``lower(...)[my_stage]`` action by action; everything here is
 pure Python (no processes, no communication, no I/O), so every schedule can be printed,

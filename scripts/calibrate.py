@@ -1,6 +1,7 @@
 """Measure this machine and write ./profiles/cpu-this-machine.toml (or $GNNPIPE_PROFILE_DIR).
 
-Same as ``gnnpipe-plan calibrate``; see :func:`gnnpipe.cli.plan.calibrate_main`::
+Same as ``gnnpipe-plan calibrate``; see :func:`gnnpipe.cli.plan.calibrate_main` (the
+measurements are :mod:`gnnpipe.cost.calibrate`)::
 
     OMP_NUM_THREADS=1 python scripts/calibrate.py [--out FILE] [--thorough] [--no-p2p]
 """

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from gnnpipe.dims import ParallelDims
-from gnnpipe.plan import (GraphStats, ModelSpec, estimate_part_info, graph_stats_from_graph, load_profile,
+from gnnpipe.cost import (GraphStats, ModelSpec, estimate_part_info, graph_stats_from_graph, load_profile,
                           predict)
 
 ROOT = Path(os.environ.get("GNNPIPE_DATA", Path(__file__).resolve().parents[1] / "datasets"))

@@ -5,7 +5,7 @@ exception or a failed set-up (the system calls faked), the benchmark's pure part
 
 With root (``netns``): a 4-host cluster at 100 Mbit/s per host trains a tiny graph in
 graph and pipeline mode, and the bytes ``metrics.jsonl`` measured equal
-:func:`gnnpipe.plan.predict`'s to the byte; the shaping really limits a TCP stream; hydra's
+:func:`gnnpipe.cost.predict`'s to the byte; the shaping really limits a TCP stream; hydra's
 mpirun reaches across the namespaces; SIGINT and SIGTERM of the CLI leave nothing behind;
 one sweep cell writes its outputs. After each, no namespace of this process remains.
 """
@@ -26,6 +26,7 @@ from gnnpipe import GnnpipeError
 from gnnpipe import cluster as CL
 from gnnpipe.bench import cluster as BC
 from gnnpipe.bench import common as C
+from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -258,7 +259,6 @@ def _mine() -> list[str]:
 def _predicted(mode: str, world: int = 4) -> dict[str, int]:
     from gnnpipe.config import TrainConfig
     from gnnpipe.dims import ParallelDims
-    from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
     from gnnpipe.data.load import load_graph_for
 
     g = load_graph_for(TrainConfig(dataset="sbm", synth_nodes=600, synth_features=8, synth_classes=4))

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from gnnpipe.cost import GraphStats, ModelSpec, chunk_facts, unit_works
+from gnnpipe.cost.memory import saved_bytes
 from gnnpipe.data import synthetic
 from gnnpipe.models import ModelConfig, RunCtx, build_model, ops
 from gnnpipe.parallel.chunks import ChunkInfo, ChunkNeighbours, build_chunks
@@ -108,15 +110,11 @@ def test_stage_keeps_no_neighbour_copies_and_cross_chunk_gradients_arrive():
 
 
 def _predicted_saved(stats, spec, units, src, dst):
-    from gnnpipe.plan import _saved_bytes
-
-    return sum(_saved_bytes(stats, spec.model, u, src, dst) for u in units)
+    return sum(saved_bytes(stats, spec.model, u, src, dst) for u in units)
 
 
 @pytest.mark.parametrize("model", ["gcn", "gcnii"])
 def test_model_counts_what_a_pipeline_stage_saves(model):
-    from gnnpipe.plan import GraphStats, ModelSpec, unit_works
-
     g, plan, rg = _stage_setup()
     mcfg = ModelConfig(model, g.num_features, g.num_classes, layers=4, hidden=16)
     net = build_model(mcfg, seed=0)
@@ -143,8 +141,6 @@ def test_model_counts_what_a_pipeline_stage_saves(model):
 
 
 def test_model_counts_what_graph_mode_saves():
-    from gnnpipe.plan import GraphStats, ModelSpec, unit_works
-
     g = synthetic.sbm(num_nodes=500, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
     net = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=4, hidden=16), seed=0)
     from gnnpipe.models import Block
@@ -163,7 +159,6 @@ def test_model_counts_what_graph_mode_saves():
 
 def test_scale_chunk_facts_from_plan_equal_planner():
     from gnnpipe.bench.scale import chunk_facts_of_plan
-    from gnnpipe.plan import chunk_facts
 
     g = synthetic.rmat(800, 6000, num_classes=3, num_features=4, seed=2)
     for parts, chunks in ((1, 4), (2, 3)):

@@ -5,7 +5,7 @@ source rows (own + out-of-chunk neighbours) are 3-4x their destination rows, so 
 unit keeps over SOURCE rows dominates its memory. These tests measure the saved tensors
 with ``torch.autograd.graph.saved_tensors_hooks`` (unique storages, block tensors and
 parameters left out: the planner counts those elsewhere) on a block with
-``num_src ≈ 4·num_dst`` and compare with :func:`gnnpipe.plan._saved_bytes`; and check the
+``num_src ≈ 4·num_dst`` and compare with :func:`gnnpipe.cost.memory.saved_bytes`; and check the
 bit-packed dropout and ReLU against plain autograd, bit for bit.
 """
 
@@ -20,7 +20,8 @@ import torch
 
 from gnnpipe.data.graph import symmetric_csr
 from gnnpipe.models import Block, ModelConfig, RunCtx, build_model, ops
-from gnnpipe.plan import SAVED_DST, SAVED_SRC, GraphStats, ModelSpec, _saved_bytes, unit_works
+from gnnpipe.cost import GraphStats, ModelSpec, unit_works
+from gnnpipe.cost.memory import SAVED_DST, SAVED_SRC, saved_bytes
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
@@ -125,7 +126,7 @@ def measure(blk, model, idx, num_features, backend="pyg"):
 def predicted(blk, edges, model, idx, num_features):
     stats = GraphStats(N_GRAPH, edges, num_features, C)
     units = unit_works(stats, ModelSpec(model, 3, D, heads=HEADS))
-    return _saved_bytes(stats, model, units[idx], blk.num_src, blk.num_dst)
+    return saved_bytes(stats, model, units[idx], blk.num_src, blk.num_dst)
 
 
 CASES = [  # (model, unit index, input width)
@@ -188,5 +189,5 @@ def test_hidden_unit_constants_match_the_formula(model):
     u = unit_works(stats, spec)[1 if model in ("gcn", "sage") else 2]
     src, dst = 250_000, 62_500
     extra = 8.0 * src if model == "resgcn+" else 0.0
-    assert _saved_bytes(stats, model, u, src, dst) == pytest.approx(
+    assert saved_bytes(stats, model, u, src, dst) == pytest.approx(
         SAVED_SRC[model] * src * d + SAVED_DST[model] * dst * d + extra)

@@ -15,7 +15,7 @@ import pytest
 from gnnpipe import GnnpipeError
 from gnnpipe.partition import volume
 from gnnpipe.dims import ParallelDims
-from gnnpipe.plan import (
+from gnnpipe.cost import (
     GraphStats,
     ModelSpec,
     PartInfo,

@@ -1,20 +1,24 @@
 """The time model's structure: oversubscription, the pipeline's per-chunk history work,
-collective waits, optional profile fields, and re-predicting stored epoch results.
+collective waits, optional profile fields, re-predicting stored epoch results, and the
+planner's closed-form pipeline time against the schedule simulator.
 
 No timed assertions: these check what the model computes from its inputs."""
 
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
-from pathlib import Path
+from fractions import Fraction
 
 import pytest
 
 from gnnpipe import GnnpipeError
-from gnnpipe.dims import ParallelDims
-from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, load_profile, predict, profile_toml,
+from gnnpipe.cost import (GraphStats, ModelSpec, PartInfo, load_profile, predict, profile_toml, profiles_dir,
                           train_command, unit_works)
+from gnnpipe.cost.predict import pipeline_span
+from gnnpipe.dims import ParallelDims
+from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, simulate
 
 CPU_FIELDS = dict(cores_per_host=2.0, devices_per_node=64, shared_slowdown=1.1, oversub_slowdown=1.2,
                   coll_overhead_s=3e-4, oversub_wait_s=5e-3, chunk_overhead_s=1e-4, gather_bytes_s=5e9)
@@ -160,7 +164,6 @@ def test_validate_without_results_says_what_to_run(tmp_path, capsys):
 
 def test_calibrate_never_writes_a_shipped_profile(capsys):
     from gnnpipe.cli.plan import main
-    from gnnpipe.plan import profiles_dir
 
     target = profiles_dir() / "cpu-this-machine.toml"
     before = target.read_bytes()
@@ -173,19 +176,20 @@ def test_calibrate_writes_the_user_profile_dir(tmp_path, monkeypatch, capsys):
     # The measurements are stubbed (the real ones take a minute): what is checked is where
     # the profile goes and that the planner then finds it by name.
     from gnnpipe.cli import plan as P
+    from gnnpipe.cost import calibrate as cal
 
     fake = {"gemm_flops_s": 5e10, "spmm_edge_width_s": 5e9, "spmm_by_width": {64: 5e9}, "mem_bytes_s": 5e9,
             "unit_overhead_s": 1e-4, "bw_bytes_s": 2e9, "latency_s": 5e-5, "p2p": {8: 5e-5}}
-    monkeypatch.setattr(P, "measure", lambda quick, p2p: fake)
-    monkeypatch.setattr(P, "measure_dropout", lambda quick: 1e8)
-    monkeypatch.setattr(P, "measure_units", lambda *a, **k: {"spmm_edge_width_s": 4e9, "mem_bytes_s": 3e9,
+    monkeypatch.setattr(cal, "measure", lambda quick, p2p: fake)
+    monkeypatch.setattr(cal, "measure_dropout", lambda quick: 1e8)
+    monkeypatch.setattr(cal, "measure_units", lambda *a, **k: {"spmm_edge_width_s": 4e9, "mem_bytes_s": 3e9,
                                                              "unit_overhead_s": 2e-4, "fit": []})
-    monkeypatch.setattr(P, "measure_chunk_path", lambda quick: {"gather_bytes_s": 5e9, "chunk_overhead_s": 1e-5})
-    monkeypatch.setattr(P, "measure_contention", lambda cores, quick: {
+    monkeypatch.setattr(cal, "measure_chunk_path", lambda quick: {"gather_bytes_s": 5e9, "chunk_overhead_s": 1e-5})
+    monkeypatch.setattr(cal, "measure_contention", lambda cores, quick: {
         "alone_s": 0.01, "cores_s": 0.011, "oversub_s": 0.025, "shared_slowdown": 1.1, "oversub_slowdown": 1.1})
-    monkeypatch.setattr(P, "measure_collectives", lambda cores, quick: {
+    monkeypatch.setattr(cal, "measure_collectives", lambda cores, quick: {
         "coll_overhead_s": 1e-4, "oversub_wait_s": 1e-3, "oversub_iter_s": 0.02, "work_alone_s": 0.01})
-    monkeypatch.setattr(P, "measure_base_mem", lambda: 3e8)
+    monkeypatch.setattr(cal, "measure_base_mem", lambda: 3e8)
     monkeypatch.setenv("GNNPIPE_PROFILE_DIR", str(tmp_path / "mine"))
     assert P.main(["calibrate"]) == 0
     assert (tmp_path / "mine" / "cpu-this-machine.toml").is_file()
@@ -219,7 +223,7 @@ def test_calibrate_measures_the_base_memory_of_a_rank():
     written by hand: it must at least hold torch and PyG, and not be graph-sized."""
     import resource
 
-    from gnnpipe.cli.plan import measure_base_mem
+    from gnnpipe.cost.calibrate import measure_base_mem
 
     base = measure_base_mem()
     here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # this test process
@@ -280,7 +284,90 @@ def test_input_dropout_runs_over_neighbour_rows(cpu):
 
 
 def test_calibrate_measures_hashed_dropout():
-    from gnnpipe.cli.plan import measure_dropout
+    from gnnpipe.cost.calibrate import measure_dropout
 
     rate = measure_dropout(quick=True)
     assert 1e5 < rate < 1e12  # values per second of CPU time: positive and finite
+
+
+# ----------------------------------------------------------------------------- closed form vs simulator
+def _simulated_span(S, C, busy, t_b, opt=0, seed=0):
+    """Makespan of GNNPipe's lowered schedule in :func:`gnnpipe.schedule.simulate` with
+    the planner's per-action costs: ``F`` on stage s takes busy_s/3/C, ``B`` twice that, a
+    message over boundary b (either direction) t_b, ``OPT`` ``opt``."""
+    order = chunk_order(C, epoch=1, seed=seed)  # the order does not matter: chunks are identical
+    lowered = lower(gnnpipe_schedule(S, order), S)
+
+    def compute(a):
+        f = busy[a.stage] / 3 / C
+        return f if a.kind is ActionKind.F else 2 * f
+
+    return simulate(lowered, S, compute_time=compute, comm_time=lambda a: t_b[min(a.stage, a.peer)],
+                    opt_time=lambda a: opt)
+
+
+@pytest.mark.parametrize("S,C", [(2, 1), (2, 2), (2, 8), (3, 5), (4, 4), (4, 16), (5, 3), (7, 10)])
+@pytest.mark.parametrize("costs", ["equal, free links", "unequal stages", "slow links", "mixed"])
+def test_closed_form_pipeline_time_equals_the_simulated_schedule(S, C, costs):
+    """The planner's closed-form pipeline time (:func:`gnnpipe.cost.predict.pipeline_span`)
+    is exactly the simulator's makespan of the lowered GNNPipe schedule with the same
+    per-action compute and message times (Fractions: no tolerance). Both phases are flow
+    shops of C identical jobs over stage, link, stage, ...: sum of the machines + (C−1) ×
+    the slowest."""
+    rng = random.Random(f"{S}/{C}/{costs}")
+    if costs == "equal, free links":
+        busy, t_b = [Fraction(3 * C)] * S, [Fraction(0)] * (S - 1)
+    elif costs == "unequal stages":
+        busy, t_b = [Fraction(rng.randint(1, 50), 7) for _ in range(S)], [Fraction(1, 1000)] * (S - 1)
+    elif costs == "slow links":  # every message longer than any chunk's backward
+        busy = [Fraction(rng.randint(1, 9)) for _ in range(S)]
+        t_b = [Fraction(rng.randint(10, 20)) for _ in range(S - 1)]
+    else:
+        busy = [Fraction(rng.randint(1, 40), rng.randint(1, 5)) for _ in range(S)]
+        t_b = [Fraction(rng.randint(0, 30), rng.randint(1, 3) * C) for _ in range(S - 1)]
+    span, exposed = pipeline_span(busy, t_b, C)
+    sim = _simulated_span(S, C, busy, t_b)
+    assert span == sim.makespan, sim.grid()
+    if costs == "equal, free links":  # and the bubble is the analytic (S−1)/(C+S−1)
+        assert exposed == 0 and sim.bubble_fraction == Fraction(S - 1, C + S - 1)
+    # the exposed transfers are part of the span, never more than the messages' own time
+    assert 0 <= exposed <= 2 * sum(t_b) + (C - 1) * 2 * max(t_b, default=0)
+
+
+@pytest.mark.parametrize("model", ["gcn", "gcnii"])
+@pytest.mark.parametrize("S,C", [(2, 2), (2, 8), (4, 4), (4, 16)])
+@pytest.mark.parametrize("link", ["loopback", "slow"])
+def test_predicted_pipeline_epoch_equals_the_simulated_schedule(cpu, model, S, C, link):
+    """End to end: ``predict``'s pipeline epoch (D = 1) is the simulated makespan of the
+    lowered schedule with the prediction's own per-stage times (``compute_s + halo_s``),
+    the message time of a chunk's activations written out here from the profile (latency +
+    collective overhead + rows/C · width · 4 bytes / bandwidth; GCNII's h0 travels beside
+    them), and its optimizer step; equal up to float rounding (1e-12)."""
+    prof = cpu if link == "loopback" else replace(cpu, intra_bw_bytes_s=2e7, intra_latency_s=2e-3)
+    st = _stats({C: 30000})
+    spec = ModelSpec(model, 8, 64)
+    pred = predict(st, spec, ParallelDims("pipeline", 1, S, C), prof)
+    busy = [x.compute_s + x.halo_s for x in pred.per_stage]
+    width = spec.hidden * (2 if model == "gcnii" else 1)
+    msg = prof.intra_latency_s + prof.coll_overhead_s + st.num_nodes / C * width * 4 / prof.intra_bw_bytes_s
+    sim = _simulated_span(S, C, busy, [msg] * (S - 1), opt=pred.optimizer_s)
+    assert pred.epoch_s == pytest.approx(sim.makespan, rel=1e-12)
+    if link == "slow":
+        assert pred.comm_s > 0.1 * pred.epoch_s  # the links do matter in this case
+
+
+def test_hybrid_epoch_is_the_simulated_way_plus_the_weight_allreduce(cpu):
+    """The hybrid's busiest way is the same pipeline (each stage's blocking halo exchanges
+    folded into its per-chunk time, as the simulator's stage time); the one gap is the
+    weight all-reduce across ways after the flush, which a one-way schedule has no action
+    for: the prediction adds it (ring over the D ways + one collective's overhead)."""
+    st = _stats({8: 30000}, chunk_halo={8: 9000})
+    spec, D, S, C = ModelSpec("gcnii", 8, 64), 2, 2, 8
+    pred = predict(st, spec, ParallelDims("hybrid", D, S, C), cpu)
+    busy = [x.compute_s + x.halo_s for x in pred.per_stage]
+    rows = st.part(D).max_nodes
+    msg = cpu.intra_latency_s + cpu.coll_overhead_s + rows / C * 2 * spec.hidden * 4 / cpu.intra_bw_bytes_s
+    sim = _simulated_span(S, C, busy, [msg] * (S - 1), opt=pred.optimizer_s)
+    allreduce = max(2 * (D - 1) / D * x.params * 4 / cpu.intra_bw_bytes_s + 2 * (D - 1) * cpu.intra_latency_s
+                    + cpu.coll_overhead_s for x in pred.per_stage)
+    assert pred.epoch_s == pytest.approx(sim.makespan + allreduce, rel=1e-12)

@@ -25,7 +25,7 @@ from gnnpipe.partition import build_plan  # noqa: E402
 from gnnpipe.partition.volume import (chunk_halo_sum, exchanged_layers, graph_parallel_bytes,  # noqa: E402
                                       hybrid_bytes, pipeline_bytes)
 from gnnpipe.dims import ParallelDims  # noqa: E402
-from gnnpipe.plan import (ModelSpec, chunk_counts, graph_stats_from_graph, load_profile,  # noqa: E402
+from gnnpipe.cost import (ModelSpec, chunk_counts, graph_stats_from_graph, load_profile,  # noqa: E402
                           predict)
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402

@@ -4,7 +4,7 @@ For each graph (Squirrel, Coauthor-Physics and a Reddit-shaped synthetic graph),
 depth, and each mode on 4 ranks (graph P=4, pipeline S=4 C=16, hybrid 2 ways × 2 stages
 C=8), the measured bytes of one training epoch (``bytes_sent`` of ``metrics.jsonl``:
 halo = ``halo_fwd + halo_bwd``, pipe = ``pipe_act + pipe_grad``, ``allreduce``; eval
-and control traffic excluded) sit beside :func:`gnnpipe.plan.predict`'s bytes, which are
+and control traffic excluded) sit beside :func:`gnnpipe.cost.predict`'s bytes, which are
 :mod:`gnnpipe.partition.volume`'s formulas on Σ M_p of the same METIS partition the
 run makes (same seed). They must be equal to the byte.
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from gnnpipe.bench import common as C
+from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,6 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
     Returns:
         (rows, markdown summary).
     """
-    from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
-
     C.check_only(only, DATASETS, "dataset")
     dsets = QUICK if quick else {k: v for k, v in DATASETS.items() if not only or k in only}
     if quick:

@@ -8,7 +8,7 @@ epochs and the spread (min–max of the per-run medians), the medians of ``compu
 ``comm_s`` and ``bubble_s`` (each the maximum over ranks, as ``metrics.jsonl`` records
 them; the pipeline's ``comm_s`` includes its receive waits, which are its ``bubble_s``), the cost model's prediction with profile ``cpu-this-machine`` and its relative
 error. Per (case, world size): whether the planner's first choice
-(:func:`gnnpipe.plan.rank_configs` over the measured topologies, chunks = 4·S) is the
+(:func:`gnnpipe.cost.rank_configs` over the measured topologies, chunks = 4·S) is the
 fastest measured configuration. Averages across configurations are geometric means.
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gnnpipe.bench import common as C
+from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict, rank_configs
 
 #: name -> (dataset, synth fields, model, layers, hidden)
 CASES = {
@@ -43,11 +44,9 @@ def world_topologies(world: int):
 
 
 def case_stats(case: tuple, worlds: Sequence[int] = (2, 4)):
-    """(graph, :class:`gnnpipe.plan.GraphStats`) of a case: METIS facts for every world size
+    """(graph, :class:`gnnpipe.cost.GraphStats`) of a case: METIS facts for every world size
     and the per-chunk facts of every measured pipeline / hybrid topology (seed 0, as the
     runs of seed 0 partition)."""
-    from gnnpipe.plan import chunk_counts, graph_stats_from_graph
-
     ds, synth = case[0], case[1]
     graph = C.load_graph(ds, **synth)
     topos = [t for w in worlds for t in world_topologies(w)]
@@ -58,13 +57,11 @@ def case_stats(case: tuple, worlds: Sequence[int] = (2, 4)):
 
 def predict_case(stats, case: tuple, world: int, prof) -> tuple[dict, str]:
     """The cost model's predictions of a case's measured topologies at ``world`` ranks and
-    the planner's first choice among them (:func:`gnnpipe.plan.rank_configs`, chunks = 4·S).
+    the planner's first choice among them (:func:`gnnpipe.cost.rank_configs`, chunks = 4·S).
 
     Returns:
         (``{label: Prediction}``, first choice's label).
     """
-    from gnnpipe.plan import ModelSpec, predict, rank_configs
-
     _, _, model, L, d = case
     spec = ModelSpec(model, L, d)
     ranked = rank_configs(stats, spec, world, prof, chunk_factors=(4,), estimate=False)
@@ -76,8 +73,6 @@ def predict_case(stats, case: tuple, world: int, prof) -> tuple[dict, str]:
 def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: int = 3, epochs: int = 5,
         only: Sequence[str] | None = None, progress: bool = True) -> tuple[list[dict], str]:
     """Measure, predict, rank; write ``out/epoch/``. Returns (rows, markdown)."""
-    from gnnpipe.plan import load_profile
-
     C.check_only(only, CASES, "case")
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     if quick:
@@ -161,7 +156,6 @@ def repredict(results_json: Path, profile: str = "cpu-this-machine",
     import json
 
     from gnnpipe.bench.common import BenchError
-    from gnnpipe.plan import load_profile
 
     path = Path(results_json)
     if path.is_dir():

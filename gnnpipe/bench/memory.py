@@ -10,7 +10,7 @@ steady state of a long run (which holds it from epoch 23 on). Runs use ``--lean-
 (freed tensors go back to the system at once), so RSS follows what the rank holds, which
 is what the model counts; the default allocator keeps freed heap memory and peaks up to
 about 2x higher (see :mod:`gnnpipe.parallel.alloc`). The prediction is
-:func:`gnnpipe.plan.predict`'s ``peak_mem_bytes`` (the busiest rank) with profile
+:func:`gnnpipe.cost.predict`'s ``peak_mem_bytes`` (the busiest rank) with profile
 ``cpu-this-machine``.
 """
 
@@ -21,6 +21,7 @@ from typing import Sequence
 
 from gnnpipe.bench import common as C
 from gnnpipe.bench.epoch import world_topologies
+from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
 #: name -> (dataset, synth fields, model, layers, hidden)
 CASES = {
@@ -36,8 +37,6 @@ QUICK_CASES = {"sbm2k-gcnii4": ("sbm", {"synth_nodes": 2000, "synth_degree": 10.
 def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | None = None,
         progress: bool = True) -> tuple[list[dict], str]:
     """Measure and predict; write ``out/memory/``. Returns (rows, markdown)."""
-    from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
-
     C.check_only(only, CASES, "case")
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     topos = world_topologies(world)

@@ -8,7 +8,7 @@ synth rmat`` into ``<out>/scale/data/`` and partitioned once per layout with
 table says which was used). Every point runs in its own ``mpirun`` for 2 epochs (the
 second is reported) so that ``peak_rss_mb`` is its own, with ``--lean-memory`` (RSS follows
 what a rank holds; see :mod:`gnnpipe.parallel.alloc`: epochs are slower for it). A point whose predicted memory
-(:func:`gnnpipe.plan.predict`, summed over its 4 ranks on this one machine: :func:`ranks_memory`)
+(:func:`gnnpipe.cost.predict`, summed over its 4 ranks on this one machine: :func:`ranks_memory`)
 times :data:`MEM_SAFETY` of its mode exceeds 85 % of the memory available now is skipped and marked so, instead of driving the
 shared machine out of memory.
 """
@@ -25,7 +25,7 @@ from typing import Sequence
 
 from gnnpipe.bench import common as C
 from gnnpipe.bench.epoch import world_topologies
-from gnnpipe.plan import chunk_facts_of_plan
+from gnnpipe.cost import GraphStats, ModelSpec, PartInfo, chunk_facts_of_plan, load_profile, predict
 
 SIZES = (31_250, 62_500, 125_000, 250_000, 1_000_000)
 #: A point runs only if this multiple of the predicted memory of its 4 ranks fits in 85 %
@@ -74,7 +74,6 @@ def _stats(gdir: Path, plans: dict, topos):
     from gnnpipe.data.graph import Graph
     from gnnpipe.partition import PartitionPlan
     from gnnpipe.partition.stats import group_cut_and_halo
-    from gnnpipe.plan import GraphStats, PartInfo
 
     g = Graph.load(gdir, mmap=True)
     stats = GraphStats(int(g.num_nodes), int(g.num_edges), int(g.num_features), int(g.num_classes), None, g.name or "rmat")
@@ -117,8 +116,6 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
     guard is conservative there) fits in this share of the memory available now.
     """
     import psutil
-
-    from gnnpipe.plan import ModelSpec, load_profile, predict
 
     if quick:
         sizes, method = (2000,), "random"

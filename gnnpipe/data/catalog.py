@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gnnpipe
 from gnnpipe._base import GnnpipeError
 from gnnpipe.fsutil import check_replaceable
 from gnnpipe.data.graph import META_FILE, Graph, read_meta
@@ -53,7 +52,7 @@ _NAME_RE = re.compile(r"^[a-z0-9_]+$")
 
 
 def _repo() -> Path:
-    return Path(gnnpipe.__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]  # gnnpipe/data/catalog.py -> the checkout
 
 
 def catalog_dir() -> Path:

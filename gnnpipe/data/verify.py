@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.data.graph import META_FILE
+from gnnpipe.data.graph import META_FILE, read_meta
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,6 @@ def verify_dataset(path: str | os.PathLike, graph, meta: dict | None = None) -> 
     Raises:
         GnnpipeError: the arrays hash to something else (both hashes named, and the way out).
     """
-    from gnnpipe.data.graph import read_meta
-
     path = Path(path)
     meta = meta if meta is not None else read_meta(path)
     want = meta.get("content_hash")

@@ -35,7 +35,7 @@ def aggregate_first(h_src: Tensor, in_dim: int, out_dim: int) -> bool:
     and ``in_dim <= out_dim`` (DGL's ``GraphConv`` / ``SAGEConv`` rule, ``in > out`` →
     transform first). It depends on the layer's widths only, never on the block, so every
     executor (one process, graph parallel, pipeline, hybrid) and both backends sum in the
-    same order. :func:`gnnpipe.plan.unit_works` models the same rule.
+    same order. :func:`gnnpipe.cost.units.unit_works` models the same rule.
     """
     return h_src.layout == torch.strided and in_dim <= out_dim
 

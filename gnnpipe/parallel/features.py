@@ -45,8 +45,6 @@ def concat_rows(a, b):
 
 def feature_rows(x, ids: np.ndarray | torch.Tensor):
     """Rows ``ids`` of a dense tensor, or of a scipy / torch sparse CSR matrix, as a tensor."""
-    import scipy.sparse as sp
-
     ids = np.asarray(ids, dtype=np.int64)
     if sp.issparse(x):
         return features_to_tensor(sp.csr_matrix(x)[ids])

@@ -1,5 +1,8 @@
 """Node partitioning (METIS, random, contiguous), two-level plans, relabelling, plan IO.
 
+Over 600 lines: one path from a CSR to a relabelled plan on disk whose pieces share the
+plan's id conventions; its sections (level 1, CSR helpers, the plan, level 2) are the seams.
+
 A :class:`PartitionPlan` splits the vertices into ``P`` parts (graph-parallel ranks or
 hybrid ways) and every part into ``C`` chunks (pipeline micro-batches), and renumbers the
 vertices so that every part and every chunk is a contiguous id range, part-major, the
@@ -32,6 +35,7 @@ from gnnpipe._base import GnnpipeError, __version__
 from gnnpipe.fsutil import atomic_directory
 from gnnpipe.fsutil import json_default as _json_default
 from gnnpipe.data.graph import Graph
+from gnnpipe.partition import coarsen
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +179,6 @@ class MetisMode:
 
 
 def _metis_auto(indptr, indices, parts, objective, seed, weights, mm: MetisMode) -> tuple[np.ndarray, str]:
-    from gnnpipe.partition import coarsen
-
     n, e = indptr.size - 1, int(indptr[-1])
     est = coarsen.estimate_metis_bytes(n, e)
     path = mm.mode

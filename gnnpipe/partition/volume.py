@@ -26,6 +26,8 @@ Two graph-parallel formulas live side by side:
 
 from __future__ import annotations
 
+import numpy as np
+
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
 FORMULAS = ("ours", "paper")
@@ -196,8 +198,6 @@ def chunk_halo_sum(indptr, indices, part, chunk) -> int:
     Returns:
         int.
     """
-    import numpy as np
-
     ip, ix = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
     part, chunk = np.asarray(part, dtype=np.int64), np.asarray(chunk, dtype=np.int64)
     n = ip.size - 1
@@ -219,8 +219,6 @@ def count_distinct(keys, size: int, groups: int = 1):
     Returns:
         int64 array [groups].
     """
-    import numpy as np
-
     keys = np.asarray(keys, dtype=np.int64)
     if size <= 400_000_000:
         seen = np.zeros(size, dtype=bool)

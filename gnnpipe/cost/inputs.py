@@ -1,0 +1,134 @@
+"""What a plan is made for: the graph's statistics, its partition facts, the model's shape.
+
+:class:`GraphStats` (N, E, F, classes, sparse feature non-zeros and, per number of parts, a
+:class:`PartInfo`) and :class:`ModelSpec` (model, layers, hidden width, heads, bytes per
+value). Plain validated values: where the statistics come from (a real METIS partition or an
+estimate from a synthetic sample) is :mod:`gnnpipe.cost.graphstats`' job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import MODELS
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    """What a ``parts``-way partition means for one rank (or one hybrid way).
+
+    Args:
+        parts: number of parts.
+        sum_m: Σ_p M_p, distinct remote neighbours summed over parts.
+        max_nodes: nodes of the largest part.
+        max_edges: directed edges (rows' neighbour entries) of the busiest part.
+        max_halo: the largest M_p.
+        source: ``"metis"`` (a real partition of the dataset) or ``"estimated ..."``.
+        chunk_halo: per number of chunks per part ``C``: Σ_w Σ_k M_{w,k}, the distinct
+            neighbours in other parts of each chunk, summed (the other ways' rows the hybrid
+            executor reads per exchanged layer, from rows each sent once:
+            :func:`gnnpipe.partition.volume.chunk_halo_sum`).
+        chunk_nbrs: per ``C``: the largest part's Σ_k of chunk k's distinct out-of-chunk
+            neighbours (own part or not): the rows a pipeline stage gathers from its history
+            per aggregating unit per epoch.
+    """
+
+    parts: int
+    sum_m: int
+    max_nodes: int
+    max_edges: int
+    max_halo: int
+    source: str = "metis"
+    chunk_halo: Mapping[int, int] = field(default_factory=dict)
+    chunk_nbrs: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """Statistics of the graph a plan is made for.
+
+    Args:
+        num_nodes: N.
+        num_edges: directed edges (each undirected edge twice), E.
+        num_features: input width F.
+        num_classes: output width.
+        sparse_nnz: non-zeros of sparse input features; None for dense features.
+        name: for tables and the suggested command.
+        parts: :class:`PartInfo` per number of parts (needed for graph parallelism with
+            ``P`` parts and the hybrid with ``D`` ways); missing ones are estimated by
+            :func:`rank_configs` when ``estimate`` is allowed.
+    """
+
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    sparse_nnz: int | None = None
+    name: str = "graph"
+    parts: Mapping[int, PartInfo] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for k in ("num_nodes", "num_edges", "num_features", "num_classes"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < (1 if k != "num_edges" else 0):
+                raise GnnpipeError(f"graph stats: {k} must be a positive integer, got {v!r}")
+        if self.sparse_nnz is not None and self.sparse_nnz < 0:
+            raise GnnpipeError(f"graph stats: sparse_nnz must be >= 0, got {self.sparse_nnz}")
+
+    def part(self, parts: int) -> PartInfo:
+        """The :class:`PartInfo` for ``parts`` parts (1 part: the whole graph, no halo)."""
+        if parts == 1 and 1 not in self.parts:
+            return PartInfo(1, 0, self.num_nodes, self.num_edges, 0, "whole graph")
+        if parts not in self.parts:
+            raise GnnpipeError(
+                f"graph stats for {self.name!r}: no partition facts for {parts} parts "
+                f"(have {sorted(self.parts) or 'none'}); pass them or let the planner estimate them"
+            )
+        return self.parts[parts]
+
+    def with_parts(self, infos: Sequence[PartInfo]) -> "GraphStats":
+        """A copy with these :class:`PartInfo` added (replacing same ``parts``)."""
+        merged = dict(self.parts)
+        merged.update({i.parts: i for i in infos})
+        return replace(self, parts=merged)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model to train (shapes only).
+
+    Args:
+        model: gcn, sage, gat, gcnii or resgcn+.
+        layers: L, graph (aggregation) layers.
+        hidden: d.
+        heads: attention heads of gat's hidden layers (ignored otherwise).
+        bytes_per_value: s (4 for float32).
+        history_bytes: bytes per value of the pipeline's history, cross-chunk gradient and
+            snapshot buffers (4: float32; 2: ``--history-dtype bfloat16``).
+    """
+
+    model: str = "gcn"
+    layers: int = 32
+    hidden: int = 100
+    heads: int = 1
+    bytes_per_value: int = 4
+    history_bytes: int = 4
+
+    def __post_init__(self) -> None:
+        if self.model.lower() not in MODELS:
+            raise GnnpipeError(f"model: expected one of {', '.join(MODELS)}, got {self.model!r}")
+        object.__setattr__(self, "model", self.model.lower())
+        for k in ("layers", "hidden", "heads", "bytes_per_value"):
+            if getattr(self, k) < 1:
+                raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
+        if self.history_bytes not in (2, 4):
+            raise GnnpipeError(f"history_bytes: expected 4 (float32) or 2 (bfloat16), got {self.history_bytes}")
+        if self.model == "gat" and self.hidden % self.heads:
+            raise GnnpipeError(f"hidden: {self.hidden} is not a multiple of heads={self.heads} (gat)")
+
+    @property
+    def h0(self) -> bool:
+        """GCNII forwards its initial residual beside the activations."""
+        return self.model == "gcnii"

@@ -1,0 +1,520 @@
+"""The pure prediction: bytes, time and memory of one epoch of one layout.
+
+:func:`predict` (graph statistics, a model shape, a :class:`gnnpipe.dims.ParallelDims` and
+a hardware profile) → :class:`Prediction`. Nothing here communicates, reads the clock or
+partitions a graph: the partition facts come in :class:`gnnpipe.cost.inputs.PartInfo`
+(measured or estimated by :mod:`gnnpipe.cost.graphstats`).
+
+**Bytes** are exactly :mod:`gnnpipe.partition.volume`'s formulas (the ones the executors'
+byte counters are tested against); the weight all-reduce adds the parameter bytes once
+per rank in the group, as the communicator counts it.
+
+**Time**: per unit :mod:`gnnpipe.cost.units`. **Ranks sharing cores**: every rank's
+compute is multiplied by :meth:`HardwareProfile.slowdown`: ``shared_slowdown`` when every
+core of a node is busy, and ``shared_slowdown · oversub_slowdown · ranks/cores`` when a
+node runs more ranks than its ``cores_per_host`` (4 ranks on this 2-core machine: each gets
+half a core). A blocking collective costs ``coll_overhead_s`` plus, when its group
+outnumbers the cores (some member is always descheduled), ``oversub_wait_s`` (at most the
+compute between two collectives).
+
+**Graph parallelism**: the largest part computes every unit on its rows (transforms on
+its rows plus halo rows for gcn/gat, which transform ``h_src``), gathers its send rows
+and concatenates [own | halo] per exchanged layer (and scatters the halo's gradient back,
+at ``gather_bytes_s``), then per exchanged layer
+(:func:`gnnpipe.partition.volume.exchanged_layers`) one blocking all-to-all forward and
+one backward; then the weight all-reduce (ring) and the optimizer step.
+
+**Pipeline** (GNNPipe's schedule: every chunk forward, then every chunk backward, one
+flush): stage ``s`` owns the units :func:`gnnpipe.partition.assign_layers` gives it from
+:func:`gnnpipe.partition.layer_costs` (the executor's own assignment) and spends ``T_s``
+per epoch; a chunk's forward takes ``T_s/3/C`` and its backward ``2·T_s/3/C``. ``T_s``
+counts what the executor does per chunk: every unit pass (``2·C`` per unit), and per
+aggregating unit the history path — write the chunk's rows, gather its out-of-chunk
+neighbour rows, concatenate, scatter-add their gradients: ``s·d_in·(2·rows + 3·Σ_k
+|N(k)|)`` bytes at ``gather_bytes_s`` plus ``chunk_overhead_s`` per chunk and pass, with
+Σ_k |N(k)| (≈ 2–5·N) from the plan (:attr:`PartInfo.chunk_nbrs`); gcn/gat transform
+their source rows, so their GEMMs run on ``rows + Σ_k |N(k)|`` rows. With
+``t_b`` the per-chunk message time over boundary ``b`` (latency + bytes / bandwidth,
+:func:`boundary_times`), :func:`pipeline_span` gives::
+
+    epoch = Σ_s T_s/C + 2·Σ_b t_b + (C−1)·(max(f_max, t_max) + max(b_max, t_max)) + opt
+
+so with equal stages and free links the bubble is ``(S−1)/(C+S−1)`` of the epoch. This is
+the makespan of the lowered GNNPipe schedule (:func:`gnnpipe.schedule.simulate`) with the
+same per-action costs, exactly: forwards and backwards are each a flow shop of ``C``
+identical jobs over the stages and the links between them, whose makespan is the sum of
+the machines' times plus ``C−1`` times the slowest (``tests/test_plan_time.py`` checks it).
+Reported: ``compute_s`` = the busiest stage's ``T_s``, ``comm_s`` = exposed transfers
+(fill/drain messages, links slower than compute, hybrid halo exchanges, all-reduce),
+``bubble_s`` = the rest (fill/drain and imbalance), so ``epoch_s`` is their sum plus the
+optimizer step.
+
+**Hybrid**: ``D`` pipelines over METIS ways; each stage also exchanges its layers' halo
+rows with the same stage of the other ways (blocking, per chunk, ``C·(D−1)`` messages per
+layer and direction; each boundary row once per layer and direction, so Σ_w M_w rows in
+all, graph parallelism's halo) and all-reduces its weights across ways.
+
+**Memory**: :mod:`gnnpipe.cost.memory`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
+from gnnpipe.cost.memory import ADAM_COPIES, block_bytes, dataset_bytes, feature_bytes, saved_bytes
+from gnnpipe.cost.profile import HardwareProfile
+from gnnpipe.cost.units import elem_time, param_count, unit_time, unit_works
+from gnnpipe.dims import ParallelDims
+from gnnpipe.partition import volume
+from gnnpipe.partition.layers import assign_layers, layer_costs
+
+
+@dataclass
+class StageDetail:
+    """One rank's (graph mode) or one stage's (pipeline / hybrid, busiest way) share.
+
+    Args:
+        stage: stage index (graph mode: 0).
+        units: half-open unit range ``(start, end)``.
+        compute_s: compute per epoch, including per-pass overheads.
+        halo_s: blocking halo exchanges per epoch (graph mode and hybrid).
+        params: parameters owned.
+        mem_bytes: predicted peak memory of the rank.
+        mem: peak memory by category.
+    """
+
+    stage: int
+    units: tuple[int, int]
+    compute_s: float
+    halo_s: float
+    params: int
+    mem_bytes: float
+    mem: dict
+
+
+@dataclass
+class Prediction:
+    """Predicted cost of one epoch of one configuration.
+
+    Args:
+        topology: the :class:`ParallelDims`.
+        bytes: bytes per epoch by category (``halo``, ``pipe``, ``allreduce``) and ``total``;
+            ``halo``/``pipe`` are exactly :mod:`gnnpipe.partition.volume`'s.
+        compute_s: compute of the busiest rank.
+        comm_s: exposed communication.
+        bubble_s: pipeline fill/drain and stage imbalance.
+        optimizer_s: the optimizer step.
+        epoch_s: predicted epoch time (sum of the four).
+        peak_mem_bytes: the largest rank's peak memory.
+        fits: whether ``peak_mem_bytes`` fits the profile's ``mem_bytes``.
+        reason: why it does not fit (empty when it does).
+        per_stage: :class:`StageDetail` per stage (graph mode: one, the largest part).
+        profile: the profile's name.
+        notes: caveats (estimated Σ M_p, unimplemented hybrid ...).
+    """
+
+    topology: ParallelDims
+    bytes: dict
+    compute_s: float
+    comm_s: float
+    bubble_s: float
+    optimizer_s: float
+    epoch_s: float
+    peak_mem_bytes: float
+    fits: bool
+    reason: str
+    per_stage: list[StageDetail]
+    profile: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        d = asdict(self)
+        d["topology"]["world"] = self.topology.world
+        d["topology"]["label"] = self.topology.label()
+        return d
+
+
+def _a2a_time(prof: HardwareProfile, ranks: Sequence[int], me: int, max_bytes: float,
+              mean_bytes: float | None = None, messages: int = 1) -> float:
+    """One all-to-all over ``ranks`` as seen by rank ``me``.
+
+    Every rank receives its halo (the largest ``max_bytes``, on average ``mean_bytes``)
+    spread evenly over its peers. Peer links inside a node carry the largest rank's share;
+    the node's network link carries all of its ranks' inter-node shares at once (their
+    sum, so the mean), and the two run concurrently. Each of ``messages`` rounds pays
+    every peer's latency.
+    """
+    peers = [r for r in ranks if r != me]
+    if not peers:
+        return 0.0
+    mean_bytes = max_bytes if mean_bytes is None else mean_bytes
+    node = me // prof.devices_per_node
+    n_intra = sum(1 for r in peers if r // prof.devices_per_node == node)
+    n_inter = len(peers) - n_intra
+    on_node = sum(1 for r in ranks if r // prof.devices_per_node == node)
+    t_intra = max_bytes * n_intra / len(peers) / prof.intra_bw_bytes_s
+    t_inter = mean_bytes * n_inter / len(peers) * on_node / prof.inter_bw_bytes_s
+    lat = messages * (n_intra * prof.intra_latency_s + n_inter * prof.inter_latency_s)
+    return max(t_intra, t_inter) + lat
+
+
+def _allreduce_time(prof: HardwareProfile, ranks: Sequence[int], nbytes: float) -> float:
+    """Ring all-reduce of ``nbytes`` over ``ranks``."""
+    g = len(ranks)
+    if g <= 1:
+        return 0.0
+    nodes: dict[int, int] = {}
+    for r in ranks:
+        nodes[r // prof.devices_per_node] = nodes.get(r // prof.devices_per_node, 0) + 1
+    if len(nodes) > 1:
+        bw = prof.inter_bw_bytes_s / max(nodes.values())
+        lat = prof.inter_latency_s
+    else:
+        bw, lat = prof.intra_bw_bytes_s, prof.intra_latency_s
+    return 2.0 * (g - 1) / g * nbytes / bw + 2.0 * (g - 1) * lat
+
+
+def _sync_time(prof: HardwareProfile, world: int, between_s: float = math.inf) -> float:
+    """Fixed cost of one blocking collective among ``world`` ranks: software overhead, plus,
+    when a node runs more ranks than it has cores, the wait for peers the scheduler has
+    descheduled: ``oversub_wait_s``, but never more than the (slowed) compute a rank does
+    between two collectives (a peer cannot be further behind than that)."""
+    oversub = prof.ranks_on_host(world) > prof.cores_per_host
+    return prof.coll_overhead_s + (min(prof.oversub_wait_s, between_s) if oversub else 0.0)
+
+
+def _group_sync(prof: HardwareProfile, world: int, group: int, between_s: float = math.inf) -> float:
+    """:func:`_sync_time` of a collective among ``group`` of the ``world`` ranks: the wait
+    for descheduled peers applies only when the group itself outnumbers the cores (then
+    some member is always off a core when the others arrive); a group that fits the cores
+    can run at once (the hybrid's per-stage exchanges between 2 ways on 2 cores)."""
+    if group <= prof.cores_per_host:
+        return prof.coll_overhead_s
+    return _sync_time(prof, world, between_s)
+
+
+def _chunk_nbrs(pi: PartInfo, C: int, notes: list[str]) -> float:
+    """The largest part's Σ_k out-of-chunk neighbour rows (from the plan, else estimated)."""
+    if C <= 1 and pi.parts == 1:
+        return 0.0
+    if C in pi.chunk_nbrs:
+        return float(pi.chunk_nbrs[C])
+    # Estimate: a chunk of n/C rows has at most every other row of the part, plus the part's
+    # halo, as neighbours, and at most one per cut edge (about (1 - 1/C) of its edges).
+    est = min(C * (pi.max_nodes + pi.max_halo) - pi.max_nodes,
+              pi.max_edges * (1.0 - 1.0 / C) + C * pi.max_halo)
+    notes.append(f"out-of-chunk neighbours for {pi.parts} part(s) x {C} chunks estimated ({est:,.0f} rows)")
+    return max(est, 0.0)
+
+
+def _chunk_halo(pi: PartInfo, C: int, notes: list[str]) -> int:
+    """Σ_w Σ_k M_{w,k} for ``C`` chunks per way (from the plan; else Σ_w M_w, a lower bound)."""
+    if C in pi.chunk_halo:
+        return int(pi.chunk_halo[C])
+    if C > 1:
+        notes.append(f"per-chunk halo for {pi.parts} ways x {C} chunks unknown: its gather time uses sum M_w "
+                     "(a lower bound; pass chunks= to graph_stats_from_graph)")
+    return pi.sum_m
+
+
+def _opt_time(prof: HardwareProfile, params: int) -> float:
+    # Adam reads and writes parameter, gradient and two moments.
+    return 8.0 * 4.0 * params / prof.mem_bytes_s
+
+
+def predict(stats: GraphStats, spec: ModelSpec, topo: ParallelDims, profile: HardwareProfile) -> Prediction:
+    """Predict one epoch of training ``spec`` on ``stats`` with ``topo`` on ``profile``.
+
+    Args:
+        stats: the graph (with :class:`PartInfo` for ``topo.ways`` parts when ways > 1).
+        spec: the model.
+        topo: the topology.
+        profile: the hardware.
+
+    Returns:
+        :class:`Prediction`.
+
+    Raises:
+        GnnpipeError: an infeasible topology (fewer units than stages, more parts than
+            nodes) or missing partition facts.
+    """
+    units = unit_works(stats, spec)
+    if len(units) < topo.stages:
+        raise GnnpipeError(
+            f"{topo.label()}: {spec.model} with {spec.layers} layers has {len(units)} units, "
+            f"fewer than {topo.stages} stages"
+        )
+    if topo.ways > stats.num_nodes or topo.ways * topo.chunks > stats.num_nodes:
+        raise GnnpipeError(f"{topo.label()}: more parts or chunks than the {stats.num_nodes} nodes")
+    if topo.mode == "graph":
+        return _predict_graph(stats, spec, topo, profile, units)
+    return _predict_pipeline(stats, spec, topo, profile, units)
+
+
+def _notes(stats: GraphStats, topo: ParallelDims) -> list[str]:
+    notes = []
+    if topo.ways > 1:
+        src = stats.part(topo.ways).source
+        if src != "metis":
+            notes.append(f"sum M_p for {topo.ways} parts {src}")
+    return notes
+
+
+def _fit(prof: HardwareProfile, peak: float, who: str, mem: dict) -> tuple[bool, str]:
+    if peak <= prof.mem_bytes:
+        return True, ""
+    top = sorted(mem.items(), key=lambda kv: -kv[1])[:3]
+    parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in top)
+    return False, (f"{who} needs {peak / 2**30:.2f} GiB > {prof.mem_bytes / 2**30:.2f} GiB per device "
+                   f"({parts} GiB)")
+
+
+def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
+    P = topo.ways
+    pi = stats.part(P)
+    s, d = spec.bytes_per_value, spec.hidden
+    N = stats.num_nodes
+    frac_rows = pi.max_nodes / N
+    frac_src = (pi.max_nodes + pi.max_halo) / N
+    frac_edges = pi.max_edges / max(stats.num_edges, 1)
+    slow = prof.slowdown(P)
+    compute = 0.0
+    for u in units:
+        # Aggregation work follows the part's edges; row work its rows (+ halo rows for
+        # transforms on h_src).
+        compute += (u.gemm_flops * (frac_src if u.gemm_on_src else frac_rows) / prof.gemm_flops_s
+                    + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
+                    + elem_time(u, prof, frac_rows, frac_src)
+                    + 2 * prof.unit_overhead_s)
+    n_x = volume.exchanged_layers(spec.model, spec.layers)
+    if P > 1:
+        # Per exchanged layer: gather the send rows and concatenate [own | halo] forward;
+        # scatter-add the halo's gradient home backward.
+        compute += n_x * s * d * (2.0 * pi.max_halo + pi.max_nodes + 2.0 * pi.max_halo) / prof.gather_bytes_s
+    compute *= slow
+    ranks = list(range(P))
+    # The busiest rank sends its halo-sized share; receive and send sizes are symmetric in
+    # total, and the all-to-all waits for the slowest pair; each blocking collective also
+    # pays its software cost and, with more ranks than cores, the wait for peers the
+    # scheduler has descheduled.
+    n_coll = 2 * n_x + 1 if P > 1 else 1  # halo exchanges both ways and the all-reduce
+    sync = _group_sync(prof, P, P, compute / n_coll)
+    per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * d * s, pi.sum_m / P * d * s) + sync if P > 1 else 0.0
+    halo_s = 2 * n_x * per_exchange
+    params = param_count(stats, spec)
+    ar_s = _allreduce_time(prof, ranks, params * 4.0) + (sync if P > 1 else 0.0)
+    halo_bytes = volume.graph_parallel_bytes(pi.sum_m, stats.num_features, spec.layers, d, s, spec.model, "ours")
+    ar_bytes = params * 4 * P if P > 1 else 0
+    opt = _opt_time(prof, params) * slow
+    # Memory of the largest part.
+    rows, src_rows = pi.max_nodes, pi.max_nodes + pi.max_halo
+    act = sum(saved_bytes(stats, spec.model, u, src_rows, rows) for u in units)
+    mem = {
+        "parameters+optimizer": ADAM_COPIES * 4.0 * params + 4.0 * params,  # + flat all-reduce buffer
+        # the rank reads its own rows of the dataset (all of it when generated in memory)
+        "dataset": dataset_bytes(stats, rows / N),
+        "structure": block_bytes(rows, src_rows, pi.max_edges),
+        "features": feature_bytes(stats, src_rows),
+        "activations": act,
+        # backward's transient gradients of [own | halo] rows and of the transform
+        "backward": 2.0 * s * src_rows * d,
+        "halo buffers": 2.0 * 2.0 * pi.max_halo * d * s,
+        "base": prof.base_mem_bytes,
+    }
+    peak = sum(mem.values())
+    fits, reason = _fit(prof, peak, f"rank 0 of {P}", mem)
+    epoch = compute + halo_s + ar_s + opt
+    st = StageDetail(0, (0, len(units)), compute, halo_s, params, peak, mem)
+    return Prediction(
+        topology=topo,
+        bytes={"halo": halo_bytes, "pipe": 0, "allreduce": ar_bytes, "total": halo_bytes + ar_bytes},
+        compute_s=compute, comm_s=halo_s + ar_s, bubble_s=0.0, optimizer_s=opt, epoch_s=epoch,
+        peak_mem_bytes=peak, fits=fits, reason=reason, per_stage=[st], profile=prof.name,
+        notes=_notes(stats, topo),
+    )
+
+
+def stage_blocks(stats: GraphStats, spec: ModelSpec, stages: int) -> list[tuple[int, int]]:
+    """The executor's layer assignment: :func:`assign_layers` over :func:`layer_costs`."""
+    costs = layer_costs(spec.model, spec.layers, stats.num_features, spec.hidden, stats.num_nodes,
+                        stats.num_edges, stats.num_classes, sparse_nnz=stats.sparse_nnz)
+    return assign_layers(costs, stages)
+
+
+def boundary_times(prof: HardwareProfile, D: int, S: int, chunk_bytes: float) -> list[float]:
+    """Per-chunk message time over each stage boundary ``b`` (stage ``b`` to ``b + 1``) of
+    the busiest way (rank = way·S + stage): latency, the collective software cost, and
+    ``chunk_bytes`` at the link's bandwidth; boundaries of different ways run at once, and
+    those crossing nodes share the node's network link.
+
+    Returns:
+        ``S − 1`` seconds, one per boundary, the same in both directions.
+    """
+    t_b = []
+    for b in range(S - 1):
+        bw, lat = prof.link(b, b + 1)
+        if prof.link(b, b + 1)[0] == prof.inter_bw_bytes_s and b // prof.devices_per_node != (b + 1) // prof.devices_per_node:
+            sharing = sum(1 for w in range(D) if (w * S + b) // prof.devices_per_node != (w * S + b + 1) // prof.devices_per_node)
+            bw = bw / max(sharing, 1)
+        t_b.append(lat + prof.coll_overhead_s + chunk_bytes / bw)
+    return t_b
+
+
+def pipeline_span(busy: Sequence, t_b: Sequence, C: int) -> tuple:
+    """The GNNPipe schedule's epoch (all forwards, then all backwards, one flush), closed form.
+
+    A chunk's forward on stage ``s`` takes ``f_s = busy_s/3/C``, its backward ``2·f_s``;
+    each message over boundary ``b`` takes ``t_b`` (links are full duplex, messages on one
+    link go in order). Forwards are a flow shop of ``C`` identical jobs over the machines
+    stage 0, link 0, stage 1, …, and backwards the same in reverse (it starts when the last
+    stage's forwards end, after every other stage's): the makespan of each is the sum of
+    the machines' times plus ``(C − 1)`` times the slowest. This equals
+    :func:`gnnpipe.schedule.simulate` of the lowered schedule with these costs
+    (``tests/test_plan_time.py``); it works on any numbers (Fractions stay exact).
+
+    Args:
+        busy: per stage, its compute (and blocking halo exchanges) per epoch.
+        t_b: per boundary, one message's time.
+        C: chunks.
+
+    Returns:
+        ``(span, exposed)``: the time from the first forward to the end of the last
+        backward, and the part of it spent on transfers no compute hides (fill/drain
+        messages, links slower than the stages).
+    """
+    f = [x / 3 / C for x in busy]
+    bk = [2 * x / 3 / C for x in busy]
+    tmax = max(t_b) if t_b else 0
+    fill = sum(busy) / C + 2 * sum(t_b)
+    steady = (C - 1) * (max(max(f), tmax) + max(max(bk), tmax))
+    exposed = 2 * sum(t_b) + (C - 1) * (max(0, tmax - max(f)) + max(0, tmax - max(bk)))
+    return fill + steady, exposed
+
+
+def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
+    D, S, C = topo.ways, topo.stages, topo.chunks
+    s, d = spec.bytes_per_value, spec.hidden
+    N, E = stats.num_nodes, stats.num_edges
+    pi = stats.part(D)
+    # The busiest way: its nodes, its edges (with neighbours in other ways), its halo.
+    rows = pi.max_nodes
+    frac_rows = rows / N
+    frac_edges = pi.max_edges / max(E, 1)
+    blocks = stage_blocks(stats, spec, S)
+    width = d * (2 if spec.h0 else 1)  # h0 travels beside the activations
+    stages: list[StageDetail] = []
+    T, halo_T = [], []
+    ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
+    notes_v: list[str] = []
+    slow = prof.slowdown(D * S)
+    # Rows a stage touches per aggregating unit and epoch: every chunk's own rows plus its
+    # out-of-chunk neighbours (history rows; in the hybrid also the other ways' rows).
+    nbrs = _chunk_nbrs(pi, C, notes_v)
+    frac_src = (rows + nbrs) / N
+    chunk_halo = _chunk_halo(pi, C, notes_v) if D > 1 else 0
+    halo_m = pi.sum_m if D > 1 else 0  # rows between ways per layer and direction: Σ_w M_w
+    for st, (a, b) in enumerate(blocks):
+        comp = 0.0
+        halo = 0.0
+        n_coll = 0  # blocking collectives of this stage per epoch (hybrid halo exchanges)
+        params = 0
+        hist = act = 0.0
+        for j in range(a, b):
+            u = units[j]
+            # Transforms on h_src (gcn, gat) run on every chunk's own + neighbour rows.
+            on_src = u.gemm_on_src and u.aggregates
+            comp += unit_time(u, prof, 0.0, 2 * C) + (
+                u.gemm_flops * (frac_src if on_src else frac_rows) / prof.gemm_flops_s
+                + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
+                + elem_time(u, prof, frac_rows, frac_src))
+            params += u.params
+            if u.aggregates and not u.reads_features:
+                # History path per chunk: write the chunk's rows, gather its neighbour rows,
+                # concatenate; backward: scatter-add their gradients (and read the chunk's).
+                comp += (2 * C * prof.chunk_overhead_s
+                         + s * u.in_dim * (2.0 * rows + 3.0 * nbrs) / prof.gather_bytes_s)
+                # Two buffers of the way's rows at any time: history + cross-chunk gradients
+                # before the first snapshot, history (reused for the gradients in backward)
+                # + snapshot after it; in ``history_bytes`` per value (bfloat16: 2).
+                # (a hybrid way: its own rows and its halo's, R_u beside H_u)
+                hist += (2.0 if C > 1 else 0.0) * spec.history_bytes * (N if D == 1 else rows + pi.max_halo) * u.in_dim
+                if D > 1:
+                    # Per chunk, forward rows and backward gradients with the other ways:
+                    # 2·C blocking all-to-alls per unit, each row once (Σ_w M_w in all).
+                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, halo_m / D * u.in_dim * s,
+                                          halo_m / D * u.in_dim * s, messages=C)
+                    n_coll += 2 * C
+                    comp += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
+            # every chunk's saved tensors live until the flush: own + neighbour rows
+            act += saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
+        w_out = units[b - 1].out_dim + (d if spec.h0 and st < S - 1 else 0)
+        # The first stage reads features: every row with one way, its part and its chunks'
+        # neighbours in a hybrid way; the other stages none.
+        x_rows = (N if D == 1 else min(N, rows + nbrs)) if a == 0 else 0.0
+        mem = {
+            "parameters+optimizer": ADAM_COPIES * 4.0 * params + (4.0 * params if D > 1 else 0.0),
+            # relabelling reads the whole graph structure (mapped pages); features as read
+            "dataset": dataset_bytes(stats, 1.0, feature_rows=x_rows),
+            # the way's chunk blocks (evaluation runs over them too)
+            "structure": block_bytes(rows, rows + nbrs, pi.max_edges) + 8.0 * nbrs,
+            # the first stage's gathered feature rows (sparse: per-chunk copies)
+            "features": (4.0 * x_rows * stats.num_features if stats.sparse_nnz is None
+                         else feature_bytes(stats, 2.0 * rows + nbrs)) if a == 0 else 0.0,
+            "activations": act,
+            "history": hist,
+            # At the turn from forward to backward the forward receives are consumed and
+            # freed, sends are freed as they complete, and the gradient receives from the
+            # next stage (posted at the turn) hold the way's rows once.
+            "pipe buffers": s * rows * (w_out if st < S - 1 else 0),
+            "backward": 2.0 * s * (rows + nbrs) / C * d,
+            "base": prof.base_mem_bytes,
+        }
+        comp *= slow
+        if n_coll:
+            halo += n_coll * _group_sync(prof, D * S, D, comp / n_coll)
+        stages.append(StageDetail(st, (a, b), comp, halo, params, sum(mem.values()), mem))
+        T.append(comp)
+        halo_T.append(halo)
+    r_host, c_host = prof.ranks_on_host(D * S), prof.cores_per_host
+    if r_host > c_host and max(T) > 0:
+        # Time-shared cores and unequal stages: a stage blocked on a receive gives its core
+        # away, so the busiest stage gets more than the fair share c/r — the host's demand
+        # (r ranks x the mean stage) over c cores, never less than its own work on one core.
+        relief = max(c_host / r_host, sum(T) / len(T) / max(T))
+        T = [t * relief for t in T]
+        stages = [dataclasses.replace(x, compute_s=x.compute_s * relief) for x in stages]
+    t_b = boundary_times(prof, D, S, (rows / C) * width * s)
+    busy = [t + h for t, h in zip(T, halo_T)]
+    pipe_epoch, exposed_pipe = pipeline_span(busy, t_b, C)
+    params_total = sum(x.params for x in stages)
+    ar_s = max((_allreduce_time(prof, ranks_of_stage(st), x.params * 4.0) + _group_sync(prof, D * S, D, x.compute_s)
+                for st, x in enumerate(stages)), default=0.0) if D > 1 else 0.0
+    opt = max(_opt_time(prof, x.params) for x in stages) * slow
+    i_max = max(range(S), key=lambda i: busy[i])
+    compute = T[i_max]
+    comm = exposed_pipe + halo_T[i_max] + ar_s
+    bubble = max(0.0, pipe_epoch - compute - halo_T[i_max] - exposed_pipe)
+    epoch = compute + comm + bubble + opt
+    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0)
+    halo_bytes = volume.hybrid_bytes(N, halo_m, stats.num_features, spec.layers, d, S, D, s,
+                                     spec.model, h0=spec.h0) - pipe_bytes
+    if C > 1:  # stale hybrid halo rows and their gradients travel in the history's dtype
+        halo_bytes = halo_bytes * spec.history_bytes // s
+    ar_bytes = params_total * 4 * D if D > 1 else 0
+    worst = max(stages, key=lambda x: x.mem_bytes)
+    fits, reason = _fit(prof, worst.mem_bytes, f"stage {worst.stage} of {S}", worst.mem)
+    notes = _notes(stats, topo) + notes_v
+    return Prediction(
+        topology=topo,
+        bytes={"halo": halo_bytes, "pipe": pipe_bytes, "allreduce": ar_bytes,
+               "total": halo_bytes + pipe_bytes + ar_bytes},
+        compute_s=compute, comm_s=comm, bubble_s=bubble, optimizer_s=opt, epoch_s=epoch,
+        peak_mem_bytes=worst.mem_bytes, fits=fits, reason=reason, per_stage=stages, profile=prof.name,
+        notes=notes,
+    )
