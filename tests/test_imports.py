@@ -173,11 +173,6 @@ ALLOWED_LOCAL_IMPORTS = {
                                          "communicator (torch.distributed), never the launching test",
     ("gnnpipe.testing", "psutil"): "the kill path of the harness only",
     ("gnnpipe.fsutil", "numpy"): "fsutil is otherwise standard library only; numpy for json_default",
-    # not yet moved: benchmark modules (gnnpipe-bench already imports each lazily, so these
-    # can go to the top; left for the branch that is editing bench/)
-    ("gnnpipe.bench.*", "gnnpipe"): "TODO move to the top (bench/ is being edited elsewhere)",
-    ("gnnpipe.bench.scale", "numpy"): "TODO move to the top (bench/ is being edited elsewhere)",
-    ("gnnpipe.bench.scale", "psutil"): "TODO move to the top (bench/ is being edited elsewhere)",
 }
 
 

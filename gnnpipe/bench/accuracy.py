@@ -29,10 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from gnnpipe.bench import common as C
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -90,7 +94,6 @@ def summarize(results: list[dict]) -> str:
     """The markdown table: mean ± sd of the test accuracy per configuration, its target, and
     (when a run was shorter than the configuration's schedule, e.g. ``--quick``) that the
     target is not reachable in that many epochs."""
-    import statistics
 
     by: dict[str, list[dict]] = {}
     for r in results:
@@ -129,13 +132,10 @@ def plot(results: list[dict], path: Path) -> Path:
     Returns:
         ``path``.
     """
-    import re
-    import statistics
 
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from gnnpipe.bench import common as C
 
     by: dict[str, list[dict]] = {}
     for r in results:
@@ -211,7 +211,6 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
     """
     from tqdm import tqdm
 
-    from gnnpipe.bench import common as C
 
     C.check_only(only, CONFIGS, "configuration")
     names = ["cora-gcn2-graph"] if quick else (only or list(CONFIGS))

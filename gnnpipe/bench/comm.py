@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from gnnpipe.bench import common as C
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
+from gnnpipe.dims import ParallelDims
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ DEPTHS = (8, 16, 32, 64, 128)
 
 def topologies(world: int = 4):
     """The three modes at ``world`` ranks: G world, P world (C = 4·S), H 2×(world/2) (C = 4·S)."""
-    from gnnpipe.dims import ParallelDims
 
     ts = [ParallelDims("graph", ways=world), ParallelDims("pipeline", stages=world, chunks=4 * world)]
     if world >= 4 and world % 2 == 0:
@@ -116,7 +116,6 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                         jobs.append(C.Job(jname, argv, t.world))
             # The paper's setting: 8 ranks, 32 layers, the paper's d; bytes are exact formulas.
             ps = ModelSpec(model, 32, paper_d)
-            from gnnpipe.dims import ParallelDims
 
             g8 = predict(stats, ps, ParallelDims("graph", ways=8), prof).bytes
             p8 = predict(stats, ps, ParallelDims("pipeline", stages=8, chunks=32), prof).bytes

@@ -11,6 +11,8 @@ import json
 import logging
 import math
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -20,6 +22,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.config import TrainConfig
+from gnnpipe.data.load import load_graph_for
+from gnnpipe.partition.plan import build_plan
+from gnnpipe.partition.volume import chunk_halo_sum as _count
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +161,6 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
         (:func:`load_snapshot`) when the job's launch began or the job before it in the same
         launch finished, and when it finished (a line on stderr when above the cores).
     """
-    import shutil
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +251,6 @@ def _finished(out: Path) -> bool:
 
 
 def _kill_group(p: subprocess.Popen) -> None:
-    import signal
 
     try:
         os.killpg(p.pid, signal.SIGTERM)
@@ -483,8 +487,6 @@ def save_fig(fig, path: Path) -> Path:
 
 def load_graph(dataset: str, **synth: Any):
     """The graph ``gnnpipe-train --dataset DATASET [--synth-*]`` trains on (same loader)."""
-    from gnnpipe.config import TrainConfig
-    from gnnpipe.data.load import load_graph_for
 
     return load_graph_for(TrainConfig(dataset=dataset, **synth))
 
@@ -534,8 +536,6 @@ def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "
     is what per-chunk exchanges would send. The count is
     :func:`gnnpipe.partition.volume.chunk_halo_sum` on the plan.
     """
-    from gnnpipe.partition.plan import build_plan
-    from gnnpipe.partition.volume import chunk_halo_sum as _count
 
     plan = call_quietly(lambda: build_plan(graph, ways, chunks, method=method, seed=seed))
     return _count(graph.indptr, graph.indices, plan.part, plan.chunk)

@@ -14,13 +14,16 @@ fastest measured configuration. Averages across configurations are geometric mea
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from pathlib import Path
 from typing import Sequence
 
 from gnnpipe.bench import common as C
+from gnnpipe.bench.common import BenchError
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict, rank_configs
+from gnnpipe.dims import ParallelDims
 
 #: name -> (dataset, synth fields, model, layers, hidden)
 CASES = {
@@ -35,7 +38,6 @@ QUICK_CASES = {"sbm2k-gcnii4": ("sbm", {"synth_nodes": 2000, "synth_degree": 10.
 
 def world_topologies(world: int):
     """Topologies measured at ``world`` ranks (chunks = 4·S as the paper)."""
-    from gnnpipe.dims import ParallelDims
 
     ts = [ParallelDims("graph", ways=world), ParallelDims("pipeline", stages=world, chunks=4 * world)]
     if world == 4:
@@ -153,9 +155,7 @@ def repredict(results_json: Path, profile: str = "cpu-this-machine",
         (rows with the new ``pred_*`` and ``rel_err``, planner hits, markdown summary, the
         number of rows left out as measured under load).
     """
-    import json
 
-    from gnnpipe.bench.common import BenchError
 
     path = Path(results_json)
     if path.is_dir():

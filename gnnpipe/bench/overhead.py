@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -38,6 +39,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as Fn
 
+from gnnpipe.bench import common as C
 from gnnpipe.data.graph import symmetric_csr
 from gnnpipe.models import Block, ModelConfig, RunCtx, build_model, loss_fn
 
@@ -46,7 +48,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 def default_datasets() -> Path:
     """Raw dataset root: ``$GNNPIPE_DATASETS`` or ``<repo>/../shared/datasets``."""
-    import os
 
     return Path(os.environ.get("GNNPIPE_DATASETS", REPO.parent / "shared" / "datasets"))
 D, L, P = 100, 32, 0.5
@@ -221,7 +222,6 @@ def plot(rows: list[dict], path: Path, settings: str = "") -> Path:
     """
     from matplotlib.patches import Patch
 
-    from gnnpipe.bench import common as C
 
     plt = C.pyplot()
     series = [(k, lab) for k, lab in (("pyg_edge_index_s", "PyG edge_index"), ("pyg_adj_t_s", "PyG adj_t"),
@@ -268,7 +268,6 @@ def run(out: Path, quick: bool = False, only=None, progress: bool = True, thread
     """
     from tqdm import tqdm
 
-    from gnnpipe.bench import common as C
 
     root = datasets or default_datasets()
     combos = [(ds, m) for ds in ("squirrel", "physics") for m in ("gcn", "gcnii")]

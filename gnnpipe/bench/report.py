@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from gnnpipe.bench import common as C
+from gnnpipe.bench.accuracy import summarize
 
 #: Benchmarks in the order of docs/benchmarks.md, and the plots each one draws.
 SECTIONS = {
@@ -38,7 +39,6 @@ def stored_table(results: Path, sub: str) -> tuple[str, str] | None:
     """(markdown table, where it came from and when) of a stored benchmark, or None when
     ``results`` holds none."""
     if sub == "accuracy":
-        from gnnpipe.bench.accuracy import summarize
 
         f = results / "accuracy.json"
         if not f.is_file():

@@ -23,9 +23,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+import psutil
+
 from gnnpipe.bench import common as C
 from gnnpipe.bench.epoch import world_topologies
 from gnnpipe.cost import GraphStats, ModelSpec, PartInfo, chunk_facts_of_plan, load_profile, predict
+from gnnpipe.data.graph import Graph
+from gnnpipe.partition import PartitionPlan
+from gnnpipe.partition.stats import group_cut_and_halo
 
 SIZES = (31_250, 62_500, 125_000, 250_000, 1_000_000)
 #: A point runs only if this multiple of the predicted memory of its 4 ranks fits in 85 %
@@ -69,11 +75,7 @@ def prepare(data: Path, n: int, method: str, topos, log_path: Path) -> tuple[Pat
 
 def _stats(gdir: Path, plans: dict, topos):
     """GraphStats with the partition facts of the plans on disk (no METIS rerun)."""
-    import numpy as np
 
-    from gnnpipe.data.graph import Graph
-    from gnnpipe.partition import PartitionPlan
-    from gnnpipe.partition.stats import group_cut_and_halo
 
     g = Graph.load(gdir, mmap=True)
     stats = GraphStats(int(g.num_nodes), int(g.num_edges), int(g.num_features), int(g.num_classes), None, g.name or "rmat")
@@ -115,7 +117,6 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
     ranks (:func:`ranks_memory`; in graph mode the busiest part's times the parts, so the
     guard is conservative there) fits in this share of the memory available now.
     """
-    import psutil
 
     if quick:
         sizes, method = (2000,), "random"
