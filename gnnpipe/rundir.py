@@ -249,6 +249,35 @@ def open_run_dir(comm, cfg, resume_run: Path | None) -> tuple[Path, RunLock | No
     return out, lock
 
 
+class MetricsWriteError(GnnpipeError):
+    """``metrics.jsonl`` could not take an epoch's line; every rank raises it together."""
+
+
+def append_metrics(comm, mfile: "MetricsFile | None", rec: dict) -> None:
+    """Rank 0 appends ``rec`` as one line; every rank learns whether that worked (collective).
+
+    One 8-byte all-reduce per epoch (category ``metrics``, not counted in ``bytes_sent``), so
+    that a full disk on rank 0 stops every rank at once with one message, instead of rank 0
+    exiting and the others finding a dead peer.
+
+    Raises:
+        MetricsWriteError: on every rank when rank 0's write failed (its message on rank 0).
+    """
+    err: GnnpipeError | None = None
+    if mfile is not None:
+        try:
+            mfile.write(json.dumps(rec) + "\n")
+        except GnnpipeError as e:
+            err = e
+    if comm.world_size > 1:
+        t = torch.tensor([1 if err is not None else 0], dtype=torch.int64)
+        comm.all_reduce(t, op="max", category="metrics")
+        if int(t) and err is None:
+            raise MetricsWriteError(f"rank 0 could not append epoch {rec.get('epoch')} to metrics.jsonl")
+    if err is not None:
+        raise MetricsWriteError(str(err)) from None
+
+
 class MetricsFile:
     """``metrics.jsonl`` written one whole line at a time (rank 0).
 

@@ -322,6 +322,7 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
         NonFiniteLossError: the loss became NaN/Inf (every rank raises it).
     """
     from gnnpipe import checkpoint as ckpt
+    from gnnpipe.rundir import MetricsFile, append_metrics
 
     torch.manual_seed(cfg.seed)
     out = Path(out) if out is not None else None
@@ -376,8 +377,6 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
         _atomic_json(out / "config.json", resolved)
         # A resumed run rewrites the file from the checkpoint's history: lines a killed run
         # wrote after its last checkpoint disappear, so the file equals an uninterrupted run's.
-        from gnnpipe.rundir import MetricsFile
-
         mfile = MetricsFile(out / "metrics.jsonl")  # whole lines only, even on a full disk
         for rec in history:
             mfile.write(json.dumps(rec) + "\n")
@@ -429,9 +428,8 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
                 if accs["val_acc"] > best["val_acc"]:
                     best = {"val_acc": accs["val_acc"], "test_acc": accs["test_acc"], "epoch": epoch}
             history.append(rec)
-            if mfile is not None:
-                mfile.write(json.dumps(rec) + "\n")
-                mfile.flush()
+            if out is not None:  # rank 0 appends; every rank learns if that failed (full disk)
+                append_metrics(comm, mfile, rec)
             if bar is not None:
                 post = {"loss": f"{loss:.4f}"}
                 if accs is not None:
@@ -512,6 +510,14 @@ def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfi
         raise GnnpipeError(f"{where}/COMMIT.json config: {e}") from None
 
 
+def _agreed_errors() -> tuple[type, ...]:
+    """Errors every rank raises together (rank 0 alone reports them)."""
+    from gnnpipe.checkpoint import CheckpointWriteError
+    from gnnpipe.rundir import MetricsWriteError
+
+    return (CheckpointWriteError, MetricsWriteError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``gnnpipe-train``: see the module docstring."""
     from gnnpipe.comm import detect_launch, init_communicator, threads_per_rank
@@ -572,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if rank0:
             print(f"gnnpipe-train: error: {e}", file=sys.stderr)
-        elif comm is not None and not isinstance(e, (SetupError, NonFiniteLossError)):  # this rank's own failures (timeouts, dead peers)
+        elif comm is not None and not isinstance(e, (SetupError, NonFiniteLossError, _agreed_errors())):  # this rank's own failures (timeouts, dead peers)
             print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
