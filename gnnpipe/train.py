@@ -510,6 +510,14 @@ def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfi
         raise GnnpipeError(f"{where}/COMMIT.json config: {e}") from None
 
 
+def _check_device(device: str) -> None:
+    """Refuse ``--device cuda`` where torch has no CUDA device (before any rank uses it)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        built = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
+        raise GnnpipeError(f"config field 'device' = 'cuda': no CUDA device available (torch {torch.__version__}, "
+                           f"{built}); use --device cpu")
+
+
 def _agreed_errors() -> tuple[type, ...]:
     """Errors every rank raises together (rank 0 alone reports them)."""
     from gnnpipe.checkpoint import CheckpointWriteError
@@ -550,6 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cfg, resume_run = config_for_resume(args, cfg)
             except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
                 raise SetupError(str(e)) from e
+        _check_device(cfg.device)
         torch.set_num_threads(cfg.threads or threads_per_rank(launch))
         kind = cfg.comm
         if kind == "auto":

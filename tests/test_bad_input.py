@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -113,6 +114,8 @@ TRAIN_FLAG_CASES = [
     (["--unknown-flag"], "unrecognized"), (["--config", "{W}/missing.toml"], "not found"),
     (["--config", "nosuchpreset"], "presets"), (["--model", "gat", "--hidden", "10", "--heads", "4"], "heads"),
     (["--exact", "false"], "unrecognized"),
+    # Bad only where torch sees no GPU (a machine with one would train).
+    *([(["--device", "cuda"], "CUDA")] if not torch.cuda.is_available() else []),
 ]
 TRAIN_DATA_CASES = [
     (["--dataset", "nosuch"], "not found"), (["--dataset", "{W}/file.txt"], "not found"),
