@@ -228,6 +228,9 @@ PLAN_CASES = [
     (["--world", "4", "--stats", "1000,10000,16,4", "--profile", "{W}/bin.toml"], "not a text file"),
     (["validate", "{W}/bin.toml"], "UTF-8"), (["validate", "{W}/nosuch"], "nosuch"), (["validate", "{W}/file.txt"], "file.txt"), (["calibrate", "--bogus"], "unrecognized"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--history-dtype", "x"], "--history-dtype"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--layers", "1000000000"], "--layers"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--estimate-nodes", "0"], "--estimate-nodes"),
+    (["calibrate", "--quick", "--out", "{W}/file.txt/x"], "is a file"), (["calibrate", "--quick", "--out", "{W}"], "directory"),
 ]
 
 BENCH = "gnnpipe-bench"

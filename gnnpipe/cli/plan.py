@@ -146,6 +146,21 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0) -> str
     return "\n".join(lines)
 
 
+#: Deepest model the planner is asked about (the paper's models have 16-128 layers).
+MAX_LAYERS = 65536
+
+
+def _check_out_file(out: Path) -> None:
+    """An output file path whose folder exists or can be made, and which is not a folder."""
+    if out.is_dir():
+        raise GnnpipeError(f"--out {out}: is a directory; give a file name")
+    for anc in out.parents:
+        if anc.exists():
+            if not anc.is_dir():
+                raise GnnpipeError(f"--out {out}: {anc} is a file, not a folder")
+            break
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(argv or [])
     if argv and argv[0] == "calibrate":
@@ -157,6 +172,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
     if args.world < 1:
         raise GnnpipeError(f"--world: expected at least 1 rank, got {args.world}")
+    # Bounds at the edge: the planner's loops grow with the depth, and Σ M_p estimates
+    # divide by the estimate graph's size.
+    if not 1 <= args.layers <= MAX_LAYERS:
+        raise GnnpipeError(f"--layers: expected an integer in [1, {MAX_LAYERS}], got {args.layers}")
+    if args.estimate_nodes < 1:
+        raise GnnpipeError(f"--estimate-nodes: expected an integer >= 1, got {args.estimate_nodes}")
     if args.top < 0:
         raise GnnpipeError(f"--top: expected >= 0, got {args.top}")
     factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
@@ -652,6 +673,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
     out = args.out or profiles_dir() / "cpu-this-machine.toml"
+    _check_out_file(out)  # before minutes of measuring, not after
     cores = os.cpu_count() or 1
     load0 = os.getloadavg()[0]
     print(f"{PROG}: measuring GEMM, SpMM, copy bandwidth"
