@@ -4,25 +4,20 @@ Graph parallelism, GNNPipe pipelined model parallelism (arXiv 2308.10087) and th
 hybrid of both, on CPU ranks (Gloo or MPI) or GPUs (NCCL).
 """
 
-__version__ = "0.1.0"
+from gnnpipe._base import GnnpipeError, __version__
+
+__all__ = ["Graph", "GnnpipeError", "__version__"]
 
 
-class GnnpipeError(Exception):
-    """An error caused by the user's input (file, flag, field), not by a bug.
+def __getattr__(name: str):
+    # Lazy so that `import gnnpipe` stays light (no numpy/scipy until a Graph is wanted).
+    # gnnpipe.data.graph imports gnnpipe._base, not this module, so this is no cycle.
+    if name == "Graph":
+        from gnnpipe.data.graph import Graph
 
-    CLIs print these as one line and exit non-zero; anything else is a bug and keeps its
-    traceback.
-    """
-
-
-def _quiet_known_warnings() -> None:
-    # torch warns once per process that sparse CSR is "beta" and that invariant checks are
-    # off; every rank would print both. The CSR path is exercised by our own tests.
-    import warnings
-
-    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-    warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
-    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
+        return Graph
+    raise AttributeError(f"module 'gnnpipe' has no attribute {name!r}")
 
 
-_quiet_known_warnings()
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"Graph"})

@@ -46,7 +46,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import MATH_FIELDS
+from gnnpipe.dims import ParallelDims
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +59,6 @@ FORMAT = "gnnpipe-checkpoint"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^epoch-(\d+)$")
 
-# Config fields that change the math of training: a resumed run must match them exactly.
-MATH_FIELDS = (
-    "dataset", "synth_nodes", "synth_degree", "synth_classes", "synth_features", "synth_homophily",
-    "synth_signal", "normalize_features", "plan",
-    "mode", "model", "backend", "layers", "hidden", "heads", "dropout", "alpha", "lam",
-    "lr", "weight_decay", "seed", "stages", "ways", "chunks", "parts", "method", "exact",
-    "shuffle", "grad_fix", "snapshot_period", "history_dtype",
-)
 # Fields that may change between the killed run and its resumption (everything else in
 # the config, e.g. threads, timeout, comm, device, root, does not change the numbers
 # either, and is not compared).
@@ -79,27 +73,23 @@ class CheckpointWriteError(GnnpipeError):
     """A checkpoint could not be written; every rank agreed and raises it (rank 0 reports)."""
 
 
-def run_identity(cfg, world_size: int, dataset_hash: str, plan_params: dict | None) -> dict:
+def run_identity(cfg, dims: ParallelDims, dataset_hash: str, plan_params: dict | None) -> dict:
     """What a checkpoint must agree with to be resumed by this run.
 
-    Defaults that depend on the world size (``stages``, ``chunks``, ``parts`` = 0) are
-    resolved first, so ``--stages 2`` on two ranks matches a run that left it at 0.
+    The layout fields come from the resolved ``dims``, so ``--stages 2`` on two ranks
+    matches a run that left it at 0 (their recorded form is unchanged since format 1:
+    graph mode records ``parts`` and zero stages/chunks, pipeline mode zero parts).
 
     Returns:
-        A JSON-serialisable dict: every field of :data:`MATH_FIELDS` (resolved),
-        ``world_size``, ``dataset_hash`` and ``plan_params``.
+        A JSON-serialisable dict: every field of :data:`gnnpipe.config.MATH_FIELDS` (the
+        layout resolved), ``world_size``, ``dataset_hash`` and ``plan_params``.
     """
     ident = {name: getattr(cfg, name) for name in MATH_FIELDS}
-    ways = max(int(cfg.ways), 1)
-    if cfg.mode == "graph":
-        ident["parts"] = cfg.parts or world_size
-        ident["stages"] = ident["chunks"] = 0  # unused in graph mode
+    if dims.mode == "graph":
+        ident.update(parts=dims.parts, stages=0, chunks=0)  # stages/chunks: unused in graph mode
     else:
-        stages = cfg.stages or max(world_size // ways, 1)
-        ident["stages"] = stages
-        ident["chunks"] = 1 if cfg.exact else (cfg.chunks or 4 * stages)
-        ident["parts"] = ways if cfg.mode == "hybrid" else 0
-    ident["world_size"] = int(world_size)
+        ident.update(stages=dims.stages, chunks=dims.chunks, parts=dims.parts if dims.mode == "hybrid" else 0)
+    ident["world_size"] = dims.world
     ident["dataset_hash"] = dataset_hash
     # JSON round trip: tuples become lists, numpy scalars plain numbers, as in COMMIT.json.
     ident["plan_params"] = json.loads(json.dumps(plan_params, default=_jsonable, sort_keys=True))

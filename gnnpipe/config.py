@@ -19,56 +19,70 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
+from gnnpipe.dims import MODES
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
-MODES = ("graph", "pipeline", "hybrid")
-MODELS = ("gcn", "sage", "gat", "gcnii", "resgcn+")
+#: Built-in models whose first unit aggregates the input features (its halo never travels).
+FEATURE_FIRST_MODELS = ("gcn", "sage", "gat")
+#: Built-in models whose first unit is a linear map of the input features.
+INPUT_LINEAR_MODELS = ("gcnii", "resgcn+")
+#: Every built-in model (``--model``); the one definition the model zoo, the volume
+#: formulas and the planner use.
+MODELS = FEATURE_FIRST_MODELS + INPUT_LINEAR_MODELS
+#: Layer libraries the built-in models run on (``--backend``).
+BACKENDS = ("pyg", "dgl")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
 
+def _m(default: Any, help: str, **kw: Any) -> Any:
+    """A field that changes the numbers of training: a resumed run must match it exactly
+    (see :data:`MATH_FIELDS`)."""
+    return _f(default, help, math=True, **kw)
+
+
 @dataclass
 class TrainConfig:
     """Everything a training run depends on (written to ``<out>/config.json``)."""
 
-    dataset: str = _f("sbm", "prepared dataset name (under --root) or directory; 'sbm' / 'rmat' generate the built-in synthetic graph")
+    dataset: str = _m("sbm", "prepared dataset name (under --root) or directory; 'sbm' / 'rmat' generate the built-in synthetic graph")
     root: str | None = _f(None, "folder of prepared datasets; unset: $GNNPIPE_DATA_ROOT or <repo>/datasets")
-    synth_nodes: int = _f(20000, "nodes of the built-in synthetic graph")
-    synth_degree: float = _f(10.0, "average degree of the built-in synthetic graph")
-    synth_classes: int = _f(8, "classes of the built-in synthetic graph")
-    synth_features: int = _f(32, "feature width of the built-in synthetic graph")
-    synth_homophily: float = _f(0.8, "sbm: expected fraction of edges inside a class")
-    synth_signal: float = _f(1.0, "sbm/rmat: class-mean separation of the features (noise units)")
-    normalize_features: bool = _f(False, "row-normalize input features to sum 1 (the Planetoid protocol of GCN/GCNII)")
-    plan: str | None = _f(None, "partition plan directory; unset: partition on the fly in memory")
-    mode: str = _f("pipeline", "parallelism", choices=MODES)
-    model: str = _f("gcnii", "model type", choices=MODELS)
-    backend: str = _f("pyg", "layer library", choices=("pyg", "dgl"))
-    layers: int = _f(16, "graph (aggregation) layers")
-    hidden: int = _f(32, "hidden width d")
-    heads: int = _f(4, "attention heads (gat)")
-    dropout: float = _f(0.5, "dropout probability")
-    alpha: float = _f(0.1, "GCNII initial-residual weight alpha")
-    lam: float = _f(0.5, "GCNII identity-mapping strength lambda")
-    lr: float = _f(0.01, "Adam learning rate")
-    weight_decay: float = _f(0.0, "Adam weight decay")
+    synth_nodes: int = _m(20000, "nodes of the built-in synthetic graph")
+    synth_degree: float = _m(10.0, "average degree of the built-in synthetic graph")
+    synth_classes: int = _m(8, "classes of the built-in synthetic graph")
+    synth_features: int = _m(32, "feature width of the built-in synthetic graph")
+    synth_homophily: float = _m(0.8, "sbm: expected fraction of edges inside a class")
+    synth_signal: float = _m(1.0, "sbm/rmat: class-mean separation of the features (noise units)")
+    normalize_features: bool = _m(False, "row-normalize input features to sum 1 (the Planetoid protocol of GCN/GCNII)")
+    plan: str | None = _m(None, "partition plan directory; unset: partition on the fly in memory")
+    mode: str = _m("pipeline", "parallelism", choices=MODES)
+    model: str = _m("gcnii", "model type", choices=MODELS)
+    backend: str = _m("pyg", "layer library", choices=BACKENDS)
+    layers: int = _m(16, "graph (aggregation) layers")
+    hidden: int = _m(32, "hidden width d")
+    heads: int = _m(4, "attention heads (gat)")
+    dropout: float = _m(0.5, "dropout probability")
+    alpha: float = _m(0.1, "GCNII initial-residual weight alpha")
+    lam: float = _m(0.5, "GCNII identity-mapping strength lambda")
+    lr: float = _m(0.01, "Adam learning rate")
+    weight_decay: float = _m(0.0, "Adam weight decay")
     epochs: int = _f(60, "training epochs")
-    seed: int = _f(0, "seed for weights, dropout, chunk order and on-the-fly partitioning")
+    seed: int = _m(0, "seed for weights, dropout, chunk order and on-the-fly partitioning")
     eval_every: int = _f(10, "exact full-graph evaluation every N epochs (and at the last)")
-    stages: int = _f(0, "pipeline stages per way (0: world size / ways)")
-    ways: int = _f(1, "hybrid ways (graph-parallel groups of pipelines)")
-    chunks: int = _f(0, "pipeline chunks per way (0: 4 x stages, as the paper)")
-    parts: int = _f(0, "graph-parallel parts (0: world size)")
-    method: str = _f("metis", "on-the-fly partitioning method", choices=("metis", "random", "contiguous"))
-    exact: bool = _f(False, "pipeline without staleness (equals the one-process run)")
-    shuffle: bool = _f(True, "random chunk order every epoch, same on every stage")
-    grad_fix: bool = _f(True, "drop stale cross-chunk gradients, scale fresh ones")
-    snapshot_period: int = _f(23, "refresh the historical-embedding snapshot every K epochs (0: off)")
-    history_dtype: str = _f("float32", "pipeline/hybrid: storage dtype of the historical embeddings, cross-chunk "
+    stages: int = _m(0, "pipeline stages per way (0: world size / ways)")
+    ways: int = _m(1, "hybrid ways (graph-parallel groups of pipelines)")
+    chunks: int = _m(0, "pipeline chunks per way (0: 4 x stages, as the paper)")
+    parts: int = _m(0, "graph-parallel parts (0: world size)")
+    method: str = _m("metis", "on-the-fly partitioning method", choices=("metis", "random", "contiguous"))
+    exact: bool = _m(False, "pipeline without staleness (equals the one-process run)")
+    shuffle: bool = _m(True, "random chunk order every epoch, same on every stage")
+    grad_fix: bool = _m(True, "drop stale cross-chunk gradients, scale fresh ones")
+    snapshot_period: int = _m(23, "refresh the historical-embedding snapshot every K epochs (0: off)")
+    history_dtype: str = _m("float32", "pipeline/hybrid: storage dtype of the historical embeddings, cross-chunk "
                             "gradients and snapshot (bfloat16 halves them; reads upcast to float32)",
                             choices=("float32", "bfloat16"))
     comm: str = _f("auto", "communicator: torch (Gloo/NCCL), mpi (mpi4py), auto (mpi under mpirun)", choices=("auto", "torch", "mpi"))
@@ -80,7 +94,7 @@ class TrainConfig:
     resume: str | None = _f(None, "resume from this run/checkpoint directory")
     progress: bool = _f(True, "progress bar on rank 0")
     lean_memory: bool = _f(False, "return freed tensors to the OS at once (glibc mmap threshold 1 MiB): "
-                           "about half the peak RSS on CPU, epochs about 2.5x slower")
+                           "about half the peak RSS on CPU, epochs 2.6-3.4x slower (docs/benchmarks.md, scale)")
     verify_data: bool = _f(True, "recompute a prepared dataset's content hash and refuse it if its arrays changed "
                            "(cached by file size and mtime in <dataset>/.verified.json; --no-verify-data skips it)")
     overwrite: bool = _f(False, "start afresh in an --out that holds an earlier run: deletes its config.json, "
@@ -119,6 +133,11 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+#: The fields marked ``math`` above: the ones that change the numbers of training (a
+#: checkpoint records them and a resumed run must match them exactly).
+MATH_FIELDS = tuple(f.name for f in fields(TrainConfig) if f.metadata.get("math"))
 
 
 # ------------------------------------------------------------------ validation at the edge
@@ -253,9 +272,18 @@ def check_sizes(cfg: "TrainConfig", num_nodes: int | None = None, num_features: 
             + "); use smaller sizes or more ranks")
 
 
-def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
-    from gnnpipe.cli import ArgumentParser  # usage errors in one line
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line: ``PROG: error: MESSAGE (see PROG --help)``.
 
+    argparse's default prints the whole usage synopsis first, which for a CLI with many
+    options buries the line that says what was wrong. Subparsers inherit the class.
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(prog: str = "gnnpipe-train") -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog=prog,
         description="Full-graph training of deep GNNs: graph parallelism, GNNPipe pipeline, hybrid. "

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 #: Output kinds and the file whose content identifies a directory as one of ours.
 #: ``format`` is the value of that JSON file's "format" field (None: any JSON object).

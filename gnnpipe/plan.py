@@ -9,7 +9,7 @@ profile; nothing here communicates or reads the clock. The pieces:
   (:func:`graph_stats_from_graph`) or estimated from a synthetic graph of the same shape
   (:func:`estimate_part_info`).
 * :class:`ModelSpec` — model, layers L, hidden d, heads, bytes per value.
-* :class:`Topology` — mode, ways D, stages S, chunks C (world = D·S).
+* :class:`gnnpipe.dims.ParallelDims` — mode, ways D, stages S, chunks C (world = D·S).
 * :class:`HardwareProfile` — throughputs, links, memory; TOML files in
   ``gnnpipe/profiles`` (:func:`load_profile`).
 * :func:`predict` → :class:`Prediction`; :func:`rank_configs` ranks every feasible
@@ -100,15 +100,16 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
+from gnnpipe.dims import ParallelDims
 from gnnpipe.partition import volume
 from gnnpipe.partition.layers import assign_layers, layer_costs
 
 log = logging.getLogger(__name__)
 
-MODES = ("graph", "pipeline", "hybrid")
 #: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
 CHUNK_FACTORS = (1, 2, 4, 8)
 #: Element passes (reads + writes, forward + backward) of the elementwise work per unit
@@ -223,8 +224,8 @@ class ModelSpec:
     history_bytes: int = 4
 
     def __post_init__(self) -> None:
-        if self.model.lower() not in volume.MODELS:
-            raise GnnpipeError(f"model: expected one of {', '.join(volume.MODELS)}, got {self.model!r}")
+        if self.model.lower() not in MODELS:
+            raise GnnpipeError(f"model: expected one of {', '.join(MODELS)}, got {self.model!r}")
         object.__setattr__(self, "model", self.model.lower())
         for k in ("layers", "hidden", "heads", "bytes_per_value"):
             if getattr(self, k) < 1:
@@ -238,50 +239,6 @@ class ModelSpec:
     def h0(self) -> bool:
         """GCNII forwards its initial residual beside the activations."""
         return self.model == "gcnii"
-
-
-@dataclass(frozen=True)
-class Topology:
-    """How the world's ranks are used.
-
-    Args:
-        mode: graph, pipeline or hybrid.
-        ways: D (graph mode: the number of parts P).
-        stages: S (graph mode: 1).
-        chunks: C per way (graph mode: 1).
-    """
-
-    mode: str
-    ways: int = 1
-    stages: int = 1
-    chunks: int = 1
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise GnnpipeError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
-        for k in ("ways", "stages", "chunks"):
-            if getattr(self, k) < 1:
-                raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
-        if self.mode == "graph" and (self.stages != 1 or self.chunks != 1):
-            raise GnnpipeError(f"graph mode: stages and chunks must be 1, got stages={self.stages} chunks={self.chunks}")
-        if self.mode == "pipeline" and self.ways != 1:
-            raise GnnpipeError(f"pipeline mode: ways must be 1, got {self.ways} (use hybrid)")
-        if self.mode == "hybrid" and (self.ways < 2 or self.stages < 2):
-            raise GnnpipeError(
-                f"hybrid mode needs ways >= 2 and stages >= 2, got ways={self.ways} stages={self.stages} "
-                f"(world {self.world} = {self.ways} x {self.stages}); use graph or pipeline mode"
-            )
-
-    @property
-    def world(self) -> int:
-        return self.ways * self.stages
-
-    def label(self) -> str:
-        if self.mode == "graph":
-            return f"graph P={self.ways}"
-        if self.mode == "pipeline":
-            return f"pipeline S={self.stages} C={self.chunks}"
-        return f"hybrid D={self.ways} S={self.stages} C={self.chunks}"
 
 
 PROFILE_FIELDS = {
@@ -343,8 +300,13 @@ class HardwareProfile:
     shared_slowdown: float = 1.0
     oversub_slowdown: float = 1.0
     dropout_values_s: float = 0.0  # 0: ELEM_PASSES·s/2 bytes per value at mem_bytes_s
+    #: ``gnnpipe-train --device`` on this machine (``cpu`` or ``cuda``): the planner's
+    #: recommended command carries it.
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise GnnpipeError(f"profile {self.name!r}: device must be 'cpu' or 'cuda', got {self.device!r}")
         if not self.cores_per_host:
             object.__setattr__(self, "cores_per_host", float(self.devices_per_node))
         if not self.gather_bytes_s:
@@ -380,14 +342,32 @@ def profiles_dir() -> Path:
     return Path(str(resources.files("gnnpipe") / "profiles"))
 
 
+#: Environment variable naming the user profile directory (``gnnpipe-plan calibrate``
+#: writes there; :func:`load_profile` looks there before the shipped profiles).
+PROFILE_DIR_ENV = "GNNPIPE_PROFILE_DIR"
+
+
+def user_profiles_dir() -> Path:
+    """The user profile directory: ``$GNNPIPE_PROFILE_DIR``, else ``./profiles``.
+
+    Calibrated profiles live here, never in the package: the shipped files are tracked and
+    hand-merged, and a measurement of one machine must not rewrite them.
+    """
+    return Path(os.environ.get(PROFILE_DIR_ENV) or "profiles")
+
+
 def list_profiles() -> list[str]:
-    """Names of the shipped profiles."""
-    d = profiles_dir()
-    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+    """Names of the profiles :func:`load_profile` finds by name (user ones and shipped)."""
+    names: set[str] = set()
+    for d in (user_profiles_dir(), profiles_dir()):
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml"))
+    return sorted(names)
 
 
 def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
-    """Read a hardware profile TOML: a path, or the name of a shipped profile.
+    """Read a hardware profile TOML: a path, or the name of a profile in
+    :func:`user_profiles_dir` (first) or among the shipped ones.
 
     The file has a ``[profile]`` table with ``name``, ``description``, ``source`` and every
     field of :data:`PROFILE_FIELDS` (numbers).
@@ -398,13 +378,14 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
     """
     p = Path(name_or_path)
     if not p.is_file():
-        cand = profiles_dir() / f"{name_or_path}.toml"
-        if not cand.is_file():
+        cands = [d / f"{name_or_path}.toml" for d in (user_profiles_dir(), profiles_dir())]
+        found = [c for c in cands if c.is_file()]
+        if not found:
             raise GnnpipeError(
-                f"profile {str(name_or_path)!r}: not a file and not a shipped profile "
-                f"(shipped: {', '.join(list_profiles()) or 'none'})"
+                f"profile {str(name_or_path)!r}: not a file, not in {user_profiles_dir()}/ and not shipped "
+                f"(known: {', '.join(list_profiles()) or 'none'})"
             )
-        p = cand
+        p = found[0]
     try:
         data = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
@@ -432,9 +413,12 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
             raise GnnpipeError(f"{p}: field profile.{k} must be a positive number, got {v!r} ({what})")
         kw[k] = float(v)
     kw["devices_per_node"] = int(kw["devices_per_node"])
+    dev = tab.get("device", "cpu")
+    if dev not in ("cpu", "cuda"):
+        raise GnnpipeError(f"{p}: field profile.device must be 'cpu' or 'cuda', got {dev!r}")
     return HardwareProfile(
         name=str(tab.get("name", p.stem)), description=str(tab.get("description", "")),
-        source=str(tab.get("source", "")), **kw,
+        source=str(tab.get("source", "")), device=dev, **kw,
     )
 
 
@@ -445,6 +429,7 @@ def profile_toml(profile: HardwareProfile, comments: Sequence[str] = ()) -> str:
     for k in ("name", "description", "source"):
         v = getattr(profile, k).replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'{k} = "{v}"')
+    lines.append(f'device = "{profile.device}"  # gnnpipe-train --device')
     for k, what in PROFILE_FIELDS.items():
         v = getattr(profile, k)
         lines.append(f"{k} = {int(v) if k == 'devices_per_node' else float(v):.6g}  # {what}"
@@ -526,7 +511,7 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
         return float(N * width_in) if dropped else 0.0
 
     out: list[UnitWork] = []
-    if m in volume.FEATURE_FIRST_MODELS:
+    if m in FEATURE_FIRST_MODELS:
         for i in range(L):
             fin = F if i == 0 else d
             fout = K if i == L - 1 else d
@@ -578,7 +563,7 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
 
 def num_units(spec: ModelSpec) -> int:
     """Units an executor can place on stages: L, or L + 2 with input/output linears."""
-    return spec.layers + (0 if spec.model in volume.FEATURE_FIRST_MODELS else 2)
+    return spec.layers + (0 if spec.model in FEATURE_FIRST_MODELS else 2)
 
 
 def param_count(stats: GraphStats, spec: ModelSpec) -> int:
@@ -647,7 +632,7 @@ class Prediction:
     """Predicted cost of one epoch of one configuration.
 
     Args:
-        topology: the :class:`Topology`.
+        topology: the :class:`ParallelDims`.
         bytes: bytes per epoch by category (``halo``, ``pipe``, ``allreduce``) and ``total``;
             ``halo``/``pipe`` are exactly :mod:`gnnpipe.partition.volume`'s.
         compute_s: compute of the busiest rank.
@@ -663,7 +648,7 @@ class Prediction:
         notes: caveats (estimated Σ M_p, unimplemented hybrid ...).
     """
 
-    topology: Topology
+    topology: ParallelDims
     bytes: dict
     compute_s: float
     comm_s: float
@@ -859,7 +844,7 @@ def _opt_time(prof: HardwareProfile, params: int) -> float:
     return 8.0 * 4.0 * params / prof.mem_bytes_s
 
 
-def predict(stats: GraphStats, spec: ModelSpec, topo: Topology, profile: HardwareProfile) -> Prediction:
+def predict(stats: GraphStats, spec: ModelSpec, topo: ParallelDims, profile: HardwareProfile) -> Prediction:
     """Predict one epoch of training ``spec`` on ``stats`` with ``topo`` on ``profile``.
 
     Args:
@@ -888,7 +873,7 @@ def predict(stats: GraphStats, spec: ModelSpec, topo: Topology, profile: Hardwar
     return _predict_pipeline(stats, spec, topo, profile, units)
 
 
-def _notes(stats: GraphStats, topo: Topology) -> list[str]:
+def _notes(stats: GraphStats, topo: ParallelDims) -> list[str]:
     notes = []
     if topo.ways > 1:
         src = stats.part(topo.ways).source
@@ -989,7 +974,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     frac_edges = pi.max_edges / max(E, 1)
     blocks = stage_blocks(stats, spec, S)
     width = d * (2 if spec.h0 else 1)  # h0 travels beside the activations
-    n_x_first = 0 if spec.model in volume.FEATURE_FIRST_MODELS else 1  # unit 0 of gcn reads features
+    n_x_first = 0 if spec.model in FEATURE_FIRST_MODELS else 1  # unit 0 of gcn reads features
     stages: list[StageDetail] = []
     T, halo_T = [], []
     ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
@@ -1120,7 +1105,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
 
 # ----------------------------------------------------------------------------- planner
 def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
-                        chunk_factors: Sequence[int] = CHUNK_FACTORS) -> list[Topology]:
+                        chunk_factors: Sequence[int] = CHUNK_FACTORS) -> list[ParallelDims]:
     """Every feasible (mode, D, S, C) for ``world`` ranks.
 
     Graph: P = world. Pipeline: S = world, needs at least S units. Hybrid: D·S = world with
@@ -1130,14 +1115,14 @@ def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
     if world < 1:
         raise GnnpipeError(f"world: expected at least 1 rank, got {world}")
     n_units = num_units(spec)
-    out: list[Topology] = []
+    out: list[ParallelDims] = []
     if world <= num_nodes:
-        out.append(Topology("graph", ways=world))
+        out.append(ParallelDims("graph", ways=world))
 
     def chunked(mode: str, D: int, S: int) -> None:
         for c in sorted({f * S for f in chunk_factors}):
             if c * D <= num_nodes:
-                out.append(Topology(mode, ways=D, stages=S, chunks=c))
+                out.append(ParallelDims(mode, ways=D, stages=S, chunks=c))
 
     if world >= 2 and n_units >= world:
         chunked("pipeline", 1, world)
@@ -1151,11 +1136,13 @@ def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
 
 def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: HardwareProfile,
                  chunk_factors: Sequence[int] = CHUNK_FACTORS, estimate: bool = True,
-                 estimate_nodes: int = 20000, seed: int = 0) -> list[Prediction]:
+                 estimate_nodes: int = 20000, seed: int = 0,
+                 progress: Callable[[str], None] | None = None) -> list[Prediction]:
     """Predict every feasible configuration and rank them.
 
     Missing partition facts (Σ M_p for P = world parts or D ways) are estimated from a
-    synthetic graph (:func:`estimate_part_info`) when ``estimate``.
+    synthetic graph (:func:`estimate_part_info`) when ``estimate``; ``progress`` (if given)
+    receives one line per partition estimated.
 
     Returns:
         predictions, those that fit memory first, each group by predicted epoch time.
@@ -1172,7 +1159,7 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             raise GnnpipeError(f"graph stats for {stats.name!r}: no partition facts for {need} parts")
         if estimate:
             est = estimate_part_info(stats.num_nodes, stats.num_edges, need, sample_nodes=estimate_nodes,
-                                     seed=seed, chunks=need_chunks)
+                                     seed=seed, chunks=need_chunks, progress=progress)
             merged = []
             for e in est:
                 have = stats.parts.get(e.parts) if e.parts > 1 or 1 in stats.parts else None
@@ -1188,12 +1175,31 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
     return preds
 
 
-def train_command(pred: Prediction, dataset: str, spec: ModelSpec) -> str:
-    """The ``gnnpipe-train`` command line for a prediction."""
+def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str = "cpu",
+                  synth: Mapping[str, Any] | None = None) -> str:
+    """The ``gnnpipe-train`` command line for a prediction.
+
+    Args:
+        pred: the chosen configuration.
+        dataset: ``--dataset`` (a prepared name, or ``sbm`` / ``rmat``).
+        spec: the planned model.
+        device: ``--device`` (the profile's; only ``cuda`` is written, ``cpu`` is the default).
+        synth: ``TrainConfig`` ``synth_*`` fields of a built-in synthetic graph (e.g.
+            ``{"synth_nodes": 1000000, "synth_degree": 20.0}``), so the command trains the
+            graph that was planned and not the 20k-node default.
+
+    Returns:
+        one shell line.
+    """
     t = pred.topology
-    base = f"mpirun -np {t.world} gnnpipe-train --dataset {dataset} --model {spec.model} --layers {spec.layers} --hidden {spec.hidden}"
+    base = f"mpirun -np {t.world} gnnpipe-train --dataset {dataset}"
+    for k, v in (synth or {}).items():
+        base += f" --{k.replace('_', '-')} {v}"
+    base += f" --model {spec.model} --layers {spec.layers} --hidden {spec.hidden}"
     if spec.model == "gat":
         base += f" --heads {spec.heads}"
+    if device != "cpu":
+        base += f" --device {device}"
     if t.mode == "graph":
         return f"{base} --mode graph --parts {t.ways}"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
@@ -1207,7 +1213,7 @@ def chunk_facts(graph, parts: int, chunks: int, seed: int = 0, method: str = "me
     and seed): the hybrid's per-chunk halo and the rows a stage gathers from history."""
     from gnnpipe.partition.plan import build_plan
 
-    return chunk_facts_of_plan(graph, build_plan(graph, parts, chunks, method=method, seed=seed, stats=False))
+    return chunk_facts_of_plan(graph, build_plan(graph, parts, chunks, method=method, seed=seed))
 
 
 def chunk_facts_of_plan(graph, plan) -> tuple[int, int]:
@@ -1244,7 +1250,7 @@ def part_info_from_plan(graph, parts: int, seed: int = 0, method: str = "metis",
     cn = {c: v[1] for c, v in cf.items()}
     if parts == 1:
         return PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, "whole graph", ch, cn)
-    plan = build_plan(graph, parts, 1, method=method, seed=seed, stats=False)
+    plan = build_plan(graph, parts, 1, method=method, seed=seed)
     _, halo = group_cut_and_halo(graph, plan, "part")
     deg = np.diff(np.asarray(graph.indptr))
     edges = np.bincount(plan.part, weights=deg, minlength=parts)
@@ -1266,7 +1272,7 @@ def graph_stats_from_graph(graph, parts: Sequence[int] = (), seed: int = 0,
     return stats.with_parts([part_info_from_plan(graph, p, seed, chunks=chunks.get(p, ())) for p in want])
 
 
-def chunk_counts(topologies: Sequence[Topology]) -> dict[int, list[int]]:
+def chunk_counts(topologies: Sequence[ParallelDims]) -> dict[int, list[int]]:
     """``{ways: [chunks, ...]}`` of the pipeline and hybrid topologies (for
     :func:`graph_stats_from_graph`'s ``chunks``)."""
     out: dict[int, set[int]] = {}
@@ -1278,7 +1284,8 @@ def chunk_counts(topologies: Sequence[Topology]) -> dict[int, list[int]]:
 
 def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sample_nodes: int = 20000,
                        generator: str = "rmat", seed: int = 0,
-                       chunks: Mapping[int, Sequence[int]] | None = None) -> list[PartInfo]:
+                       chunks: Mapping[int, Sequence[int]] | None = None,
+                       progress: Callable[[str], None] | None = None) -> list[PartInfo]:
     """Estimate partition facts of a graph we do not have from a scaled-down synthetic one.
 
     Generates a graph of ``n' = min(N, sample_nodes)`` nodes with the same average degree
@@ -1299,6 +1306,8 @@ def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sam
             (``1`` for the pure pipeline), scaled by ``N/n'`` like Σ M_p. A chunk of the
             sample has ``C`` times fewer nodes than the real one at the same C, so this
             assumes the out-of-chunk neighbours grow with the nodes, as the halo does.
+        progress: called with one line before each number of parts is partitioned (one
+            METIS run per plan: the cost grows with the sample's edges and the chunk counts).
 
     Returns:
         one :class:`PartInfo` per entry of ``parts`` (``source`` says how it was made).
@@ -1321,10 +1330,14 @@ def estimate_part_info(num_nodes: int, num_edges: int, parts: Sequence[int], sam
         raise GnnpipeError(f"generator: expected 'rmat' or 'sbm', got {generator!r}")
     out = []
     chunks = dict(chunks or {})
-    for p in sorted(set(parts) | set(chunks)):
+    todo = sorted(set(parts) | set(chunks))
+    for i, p in enumerate(todo, 1):
         if not (1 if p in chunks else 2) <= p <= n:
             raise GnnpipeError(f"parts: expected 2..{n} for the estimate, got {p}")
         cs = [c for c in chunks.get(p, ()) if c * p <= n]
+        if progress is not None:
+            progress(f"partitioning the {n:,}-node sample: {p} part(s)"
+                     + (f" x chunks {cs}" if cs else "") + f" ({i}/{len(todo)})")
         pi = part_info_from_plan(g, p, seed, chunks=cs)
         out.append(PartInfo(
             p, int(round(pi.sum_m * scale)), int(math.ceil(pi.max_nodes * scale)),

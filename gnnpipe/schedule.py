@@ -49,7 +49,7 @@ from fractions import Fraction
 from numbers import Rational
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence, Union
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 __all__ = [
     "Action",

@@ -56,7 +56,7 @@ def _method(m: str) -> tuple[str, str]:
 def child(graph_dir: str, parts: int, chunks: int, method: str) -> None:
     from gnnpipe.data.graph import Graph
     from gnnpipe.parallel.alloc import lean_allocator
-    from gnnpipe.partition import build_plan
+    from gnnpipe.partition import build_plan, plan_stats
 
     lean_allocator()  # as gnnpipe-partition does: freed temporaries leave the RSS
     g = Graph.load(graph_dir, mmap=False)
@@ -64,6 +64,7 @@ def child(graph_dir: str, parts: int, chunks: int, method: str) -> None:
     t0 = time.perf_counter()
     m, mode = _method(method)
     plan = build_plan(g, parts, chunks, method=m, seed=0, metis_mode=mode)
+    plan.stats = plan_stats(g, plan)
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     csr = g.indptr.nbytes + g.indices.nbytes
@@ -79,7 +80,7 @@ def child(graph_dir: str, parts: int, chunks: int, method: str) -> None:
 
 def squirrel_cuts(path: Path, parts: int) -> dict:
     from gnnpipe.data.graph import Graph
-    from gnnpipe.partition import build_plan
+    from gnnpipe.partition import build_plan, plan_stats
 
     z = np.load(path, allow_pickle=False)
     e = z["edges"]
@@ -89,20 +90,20 @@ def squirrel_cuts(path: Path, parts: int) -> dict:
     out = {"nodes": n, "undirected_edges": g.num_edges // 2}
     for m in ("metis", "random"):
         t0 = time.perf_counter()
-        st = build_plan(g, parts, 1, method=m, seed=0).stats["parts"]
+        st = plan_stats(g, build_plan(g, parts, 1, method=m, seed=0))["parts"]
         out[m] = {"edge_cut": st["edge_cut"], "halo_sum": st["halo_sum"], "balance": round(st["balance"], 4),
                   "seconds": round(time.perf_counter() - t0, 3)}
     return out
 
 
 def _cuts(g, parts: int, modes=("metis-multilevel", "metis-plain", "random")) -> dict:
-    from gnnpipe.partition import build_plan
+    from gnnpipe.partition import build_plan, plan_stats
 
     out = {"nodes": g.num_nodes, "undirected_edges": g.num_edges // 2}
     for m in modes:
         meth, mode = _method(m)
         t0 = time.perf_counter()
-        st = build_plan(g, parts, 1, method=meth, seed=0, metis_mode=mode).stats["parts"]
+        st = plan_stats(g, build_plan(g, parts, 1, method=meth, seed=0, metis_mode=mode))["parts"]
         out[m] = {"edge_cut": st["edge_cut"], "balance": round(st["balance"], 4),
                   "seconds": round(time.perf_counter() - t0, 2)}
     ml, pl = out[modes[0]]["edge_cut"], out[modes[1]]["edge_cut"]

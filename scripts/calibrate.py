@@ -1,8 +1,8 @@
-"""Measure this machine and write gnnpipe/profiles/cpu-this-machine.toml.
+"""Measure this machine and write ./profiles/cpu-this-machine.toml (or $GNNPIPE_PROFILE_DIR).
 
 Same as ``gnnpipe-plan calibrate``; see :func:`gnnpipe.cli.plan.calibrate_main`::
 
-    OMP_NUM_THREADS=1 python scripts/calibrate.py [--out FILE] [--quick] [--no-p2p]
+    OMP_NUM_THREADS=1 python scripts/calibrate.py [--out FILE] [--thorough] [--no-p2p]
 """
 
 import sys

@@ -16,15 +16,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gnnpipe.plan import (GraphStats, ModelSpec, Topology, estimate_part_info, graph_stats_from_graph, load_profile,
+from gnnpipe.dims import ParallelDims
+from gnnpipe.plan import (GraphStats, ModelSpec, estimate_part_info, graph_stats_from_graph, load_profile,
                           predict)
 
 ROOT = Path(os.environ.get("GNNPIPE_DATA", Path(__file__).resolve().parents[1] / "datasets"))
 
 
 def g_over_p(stats, spec, prof) -> float:
-    g = predict(stats, spec, Topology("graph", 8), prof)
-    p = predict(stats, spec, Topology("pipeline", 1, 8, 32), prof)
+    g = predict(stats, spec, ParallelDims("graph", 8), prof)
+    p = predict(stats, spec, ParallelDims("pipeline", 1, 8, 32), prof)
     return g.epoch_s / p.epoch_s
 
 

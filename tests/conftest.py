@@ -1,7 +1,9 @@
 """Shared test fixtures.
 
 Real datasets are found through GNNPIPE_DATASETS (default: ../shared/datasets beside the
-checkout); tests that need them skip only when that folder is truly absent.
+checkout); tests that need them skip only when that folder is truly absent, and fail instead
+when GNNPIPE_REQUIRE_DATA=1 (set by .ci/run: in CI the data is always there, so a skip there
+would hide a broken path).
 """
 
 import os
@@ -20,7 +22,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def raw_datasets() -> Path:
     """The folder of real raw datasets; skips when it does not exist at all."""
     if not DATASETS.is_dir():
-        pytest.skip(f"real datasets not found at {DATASETS} (set GNNPIPE_DATASETS)")
+        why = f"real datasets not found at {DATASETS} (set GNNPIPE_DATASETS)"
+        if os.environ.get("GNNPIPE_REQUIRE_DATA") == "1":
+            pytest.fail(why + "; GNNPIPE_REQUIRE_DATA=1 forbids skipping")
+        pytest.skip(why)
     return DATASETS
 
 

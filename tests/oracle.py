@@ -7,8 +7,8 @@ import torch
 
 from gnnpipe.models import ModelConfig, RunCtx, build_model, loss_fn
 from gnnpipe.models.block import Block
-from gnnpipe.parallel.graph_parallel import features_to_tensor
-from gnnpipe.train import load_graph_for
+from gnnpipe.parallel.features import features_to_tensor
+from gnnpipe.data.load import load_graph_for
 from rankfns import _cfg, _unit_grads
 
 

@@ -11,7 +11,8 @@ import torch
 
 from gnnpipe.config import TrainConfig
 from gnnpipe.models import RunCtx
-from gnnpipe.train import build_executor, load_graph_for
+from gnnpipe.data.load import load_graph_for
+from gnnpipe.train import build_executor
 
 
 def _cfg(**kw) -> TrainConfig:

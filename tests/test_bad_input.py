@@ -39,7 +39,7 @@ MAX_LINES = 3
 ENTRY = {
     "gnnpipe-data": "gnnpipe.cli.data:main",
     "gnnpipe-partition": "gnnpipe.cli.partition:main",
-    "gnnpipe-train": "gnnpipe.train:main",
+    "gnnpipe-train": "gnnpipe.cli.train:main",
     "gnnpipe-plan": "gnnpipe.cli.plan:main",
     "gnnpipe-bench": "gnnpipe.bench.cli:main",
 }
@@ -230,7 +230,7 @@ PLAN_CASES = [
     (["--world", "4", "--stats", "1000,10000,16,4", "--history-dtype", "x"], "--history-dtype"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--layers", "1000000000"], "--layers"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--estimate-nodes", "0"], "--estimate-nodes"),
-    (["calibrate", "--quick", "--out", "{W}/file.txt/x"], "is a file"), (["calibrate", "--quick", "--out", "{W}"], "directory"),
+    (["calibrate", "--out", "{W}/file.txt/x"], "is a file"), (["calibrate", "--out", "{W}"], "directory"),
 ]
 
 BENCH = "gnnpipe-bench"
@@ -329,7 +329,7 @@ def _build_world(w: Path) -> None:
                 for k, v in small.items() if k not in keys] + ["progress = false"] * ("progress" not in keys)
         body = text if not text.startswith("[") else text  # a table must come after the top-level keys
         (tomls / f"{name}.toml").write_text("\n".join(head + [body]) + "\n")
-    from gnnpipe.train import main as train_main
+    from gnnpipe.cli.train import main as train_main
 
     with contextlib.redirect_stdout(open(os.devnull, "w")), contextlib.redirect_stderr(open(os.devnull, "w")):
         assert train_main([*TRAIN_OK, "--out", str(w / "run_done")]) == 0

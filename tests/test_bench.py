@@ -123,6 +123,94 @@ def test_cli_help_lists_subcommands(capsys):
         assert s in text
 
 
+# ----------------------------------------------------------------------------- CLI guards
+@pytest.mark.parametrize("sub", ["comm", "epoch", "memory", "scale", "overhead", "accuracy", "report"])
+def test_only_typo_fails_in_one_line_and_keeps_results(sub, tmp_path, capsys):
+    from gnnpipe.bench.cli import main
+
+    old = tmp_path / sub / "results.json"
+    old.parent.mkdir()
+    old.write_text('{"rows": [{"x": 1}]}')
+    assert main([sub, "--only", "typo", "--out", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gnnpipe-bench {sub}: error:") and "'typo'" in err[0], err
+    assert old.read_text() == '{"rows": [{"x": 1}]}'
+
+
+def test_out_that_is_a_file_fails_in_one_line(tmp_path, capsys):
+    from gnnpipe.bench.cli import main
+
+    f = tmp_path / "results.md"
+    f.write_text("mine")
+    assert main(["epoch", "--out", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file; expected the results folder" in err[0]
+    assert f.read_text() == "mine"
+
+
+def test_write_results_refuses_empty_rows(tmp_path):
+    C.write_results(tmp_path, [{"a": 1}], "| a |")
+    before = (tmp_path / "results.json").read_text()
+    with pytest.raises(C.BenchError, match="keeps its earlier results"):
+        C.write_results(tmp_path, [], "")
+    assert (tmp_path / "results.json").read_text() == before
+
+
+def test_quick_runs_write_their_own_folder(tmp_path):
+    assert C.sub_dir(tmp_path, "epoch") == tmp_path / "epoch"
+    assert C.sub_dir(tmp_path, "epoch", quick=True) == tmp_path / "epoch-quick"
+
+
+def test_report_fills_marked_sections_only(tmp_path):
+    from gnnpipe.bench import report
+    from gnnpipe.bench.accuracy import CONFIGS
+
+    res = tmp_path / "results"
+    (res / "epoch").mkdir(parents=True)
+    (res / "epoch" / "summary.md").write_text("| case | s |\n|---|---|\n| a | 1 |\n")
+    (res / "epoch" / "results.json").write_text('{"date": "2026-12-03 10:00:00 UTC", "rows": []}')
+    (res / "memory").mkdir()
+    (res / "memory" / "summary.md").write_text("| m |\n|---|\n")
+    (res / "accuracy.json").write_text(json.dumps([
+        {"name": "cora-gcn2-graph", "seed": 0, "ok": True, "test_acc": 0.705, "mean_epoch_time_s": 0.1, "epochs": 20}]))
+    doc = tmp_path / "b.md"
+    doc.write_text("# B\n<!-- epoch:begin -->\nold\n<!-- epoch:end -->\ntext\n<!-- accuracy:begin -->\n"
+                   "<!-- accuracy:end -->\nend\n")
+    out = report.run(res, doc)
+    text = doc.read_text()
+    assert "| a | 1 |" in text and "old" not in text and "run of 2026-12-03" in text and text.endswith("end\n")
+    # A 20-epoch run says it does not test the 200-epoch target.
+    assert "70.50" in text and "for 200 epochs; this run had 20" in text
+    assert "memory: " in out and "no <!-- memory:begin -->" in out
+    assert "comm: no stored results" in out
+    assert int(CONFIGS["cora-gcn2-graph"][2][CONFIGS["cora-gcn2-graph"][2].index("--epochs") + 1]) == 200
+
+
+# ----------------------------------------------------------------------------- load
+def test_load_fields_flag_cells_above_the_cores(capsys):
+    quiet = {"load": [0.5, 0.4, 0.3], "cpus": 2}
+    busy = {"load": [6.9, 4.0, 2.0], "cpus": 2}
+    f = C.load_fields([{"load_before": quiet, "load_after": quiet}, {"load_before": quiet, "load_after": busy}])
+    assert f["load1_before"] == 0.5 and f["load1_after"] == 6.9 and f["cpu_count"] == 2 and f["under_load"]
+    assert not C.load_fields([{"load_before": quiet, "load_after": quiet}])["under_load"]
+    assert C.load_fields([{"metrics": []}]) == {}  # no snapshot, no columns
+    assert C.warn_if_loaded(busy, "cell-x") and not C.warn_if_loaded(quiet, "cell-y")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "load 6.9 > 2 cores around cell-x" in err[0]
+    assert C.warn_if_loaded(quiet, "cell-z", busy)  # one line per cell, the higher snapshot
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_timed_cell_records_the_machine_load():
+    import os
+
+    out, load = C.timed_cell(lambda: 42, "c")
+    assert out == 42
+    for k in ("load_before", "load_after"):
+        assert len(load[k]["load"]) == 3 and load[k]["cpus"] == os.cpu_count()
+    assert set(C.load_fields([load])) >= {"load1_before", "load1_after", "cpu_count", "under_load"}
+
+
 # ----------------------------------------------------------------------------- real ranks
 def _check_outputs(d):
     assert (d / "summary.md").read_text().count("|") > 10
@@ -153,7 +241,7 @@ def test_comm_quick_measured_equals_predicted(tmp_path):
     # Unmeasured depths are predictions only; graph-parallel bytes grow with depth.
     g = {r["layers"]: r["pred_halo"] for r in rows if r["mode"] == "graph" and r["model"] == "gcnii"}
     assert g[8] == 2 * g[4]
-    doc = _check_outputs(tmp_path / "comm")
+    doc = _check_outputs(tmp_path / "comm-quick")
     assert doc["measured"] == len(measured)
 
 
@@ -168,5 +256,146 @@ def test_epoch_quick_outputs(tmp_path):
     for r in ok:
         assert r["measured_s"] > 0 and r["compute_s"] > 0 and r["run_min_s"] <= r["run_max_s"]
         assert r["samples"] == 4  # 2 runs x (3 epochs - the first)
-    doc = _check_outputs(tmp_path / "epoch")
+        assert r["cpu_count"] >= 1 and r["load1_before"] >= 0 and r["load1_after"] >= 0
+    doc = _check_outputs(tmp_path / "epoch-quick")
     assert doc["groups"] == 1 and "Planner hits" in md
+
+
+# ----------------------------------------------------------------------------- plots
+def _comm_rows():
+    rows = []
+    for ds, n in (("squirrel", 5201), ("physics", 34493), ("sbm20k", 20000)):
+        for model in ("gcn", "gcnii"):
+            for L in (4, 8, 16, 32, 64):
+                for mode, f in (("graph", 1.0), ("pipeline", 0.3), ("hybrid", 0.6)):
+                    b = (L if mode == "graph" else (1 + L / 64)) * f * n * 400 * (2 if model == "gcnii" else 1)
+                    r = {"dataset": ds, "nodes": n, "model": model, "layers": L, "hidden": 100, "mode": mode,
+                         "pred_total": b}
+                    if L in (8, 16):
+                        r["meas_total"] = b
+                    rows.append(r)
+    return rows
+
+def _epoch_rows(quick=False):
+    rows = []
+    cases = ["sbm2k-gcnii4"] if quick else ["squirrel-gcn16", "squirrel-gcnii16", "sbm20k-gcnii16"]
+    for c in cases:
+        for w, cfgs in ((2, ["G2", "P2c8"]), (4, ["G4", "P4c16", "H2x2c8"])):
+            if quick and w == 2:
+                continue
+            for cfg in cfgs:
+                m = 0.8 if cfg[0] == "G" else 1.0
+                bub = 0.0 if cfg[0] == "G" else 0.2
+                rows.append({"case": c, "world": w, "config": cfg, "mode": {"G": "graph", "P": "pipeline", "H": "hybrid"}[cfg[0]],
+                             "measured_s": m, "run_min_s": m * 0.9, "run_max_s": m * 1.2, "compute_s": m * 0.8,
+                             "comm_s": m * 0.3 + bub, "bubble_s": bub, "pred_s": m * 1.1, "under_load": cfg == "P4c16" and c.startswith("squirrel-gcnii")})
+    return rows
+
+def _memory_rows(quick=False):
+    rows = []
+    for c in (["sbm2k"] if quick else ["squirrel-gcnii32", "physics-gcn16", "sbm20k-gcnii16"]):
+        for cfg in (["G4", "P4c16"] if quick else ["G4", "P4c16", "H2x2c8"]):
+            m = 380 if quick else 900
+            rows.append({"case": c, "config": cfg, "mode": {"G": "graph", "P": "pipeline", "H": "hybrid"}[cfg[0]],
+                         "measured_mb": m * (1.1 if cfg[0] == "P" else 1), "pred_mb": m * 0.95})
+    return rows
+
+def _scale_rows(quick=False):
+    rows = []
+    for n in ((2000,) if quick else (31250, 62500, 125000, 250000, 1000000)):
+        for cfg in ("G4", "P4c16", "H2x2c8") + (() if quick else ("P4c16+bf16",)):
+            if cfg == "P4c16" and n == 1000000:
+                rows.append({"nodes": n, "config": cfg, "skipped": "skipped: too big"})
+                continue
+            rows.append({"nodes": n, "config": cfg, "epoch_s": n / 3e4, "peak_rss_mb": 300 + n / 400,
+                         "pred_s": n / 4e4, "pred_mem_mb": 280 + n / 450})
+    return rows
+
+def _overhead_rows(quick=False):
+    rows = []
+    for ds, m in ([("squirrel", "gcn")] if quick else [("squirrel", "gcn"), ("squirrel", "gcnii"), ("physics", "gcn"), ("physics", "gcnii")]):
+        r = {"dataset": ds, "model": m, "threads": 1, "pyg_adj_t_s": 1.0, "gnnpipe_s": 0.45, "limit_s": 0.2}
+        if not quick:
+            r["pyg_edge_index_s"] = 9.0
+        rows.append(r)
+    return rows
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_plots_draw_from_small_result_rows(tmp_path, quick):
+    # Every plot function on made-up rows of the real shape, full and --quick sized: it
+    # draws, titles carry the settings, and no legend entry names a series not drawn.
+    from gnnpipe.bench import accuracy, comm, epoch, memory, overhead, scale
+
+    plt = C.pyplot()
+    drawn = {}
+    real_save = C.save_fig
+
+    def keep(fig, path):
+        drawn[path.name] = ([t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else [],
+                            fig.get_suptitle() + " ".join(a.get_title() for a in fig.axes))
+        return real_save(fig, path)
+
+    C.save_fig = keep
+    try:
+        cr = _comm_rows()
+        comm.plot([r for r in cr if r["dataset"] == "sbm20k" and r["layers"] in (4, 8)] if quick else cr,
+                  tmp_path / "comm_volume.png")
+        epoch.plot(_epoch_rows(quick), tmp_path / "epoch_breakdown.png", settings="2 runs x 2 epochs")
+        memory.plot(_memory_rows(quick), tmp_path / "memory.png", settings="4 ranks, --lean-memory")
+        scale.plot(_scale_rows(quick), tmp_path / "scale.png", settings="GCN-16 d=64")
+        overhead.plot(_overhead_rows(quick), tmp_path / "overhead.png", settings="32 layers, d=100")
+        accuracy.plot([{"name": "cora-gcn2-graph", "seed": 0, "ok": True, "test_acc": 0.705,
+                        "epochs": 20 if quick else 200}], tmp_path / "accuracy.png")
+    finally:
+        C.save_fig = real_save
+    for name, (legend, title) in drawn.items():
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert legend, name  # one figure legend, below the axes
+    assert drawn["comm_volume.png"][0] == ["gcn", "gcnii", "graph", "pipeline", "hybrid", "measured"]
+    assert "d=100" in drawn["comm_volume.png"][1] and "2 runs x 2 epochs" in drawn["epoch_breakdown.png"][1]
+    assert "4 ranks" in drawn["memory.png"][1] and "GCN-16" in drawn["scale.png"][1]
+    assert ("PyG edge_index" in drawn["overhead.png"][0]) == (not quick)  # not drawn in quick: no entry
+    assert ("* measured under load" in drawn["epoch_breakdown.png"][1]) == (not quick)
+    assert ("not a test of the targets" in drawn["accuracy.png"][1]) == quick  # 20 of 200 epochs
+    plt.close("all")
+
+
+def test_epoch_bars_stand_at_the_median():
+    # The stacked parts split the median epoch: the bar's top is the median, not the sum of
+    # per-rank maxima (which exceeds it).
+    from gnnpipe.bench import epoch
+
+    rows = _epoch_rows(True)
+    plt = C.pyplot()
+    real_save = C.save_fig
+    tops = {}
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        for p in ax.patches:
+            x = round(p.get_x() + p.get_width() / 2)
+            tops[x] = max(tops.get(x, 0.0), p.get_y() + p.get_height())
+        plt.close(fig)
+        return path
+
+    C.save_fig = keep
+    try:
+        epoch.plot(rows, C.Path("unused.png"))
+    finally:
+        C.save_fig = real_save
+    for i, r in enumerate(rows):
+        assert r["compute_s"] + r["comm_s"] > r["measured_s"]  # the raw parts overshoot
+        assert tops[i] == pytest.approx(r["measured_s"])
+
+
+def test_log_ticks_are_plain_decimals():
+    plt = C.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [0.30, 0.45])
+    ax.set_yscale("log")
+    C.plain_ticks(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()]
+    assert labels and all("10^" not in t and "times" not in t and "×" not in t for t in labels), labels
+    plt.close(fig)

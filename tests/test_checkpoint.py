@@ -188,7 +188,7 @@ def test_resume_may_change_epochs_eval_and_checkpointing(tmp_path):
 
 
 def test_cli_resume_takes_settings_from_the_checkpoint(tmp_path):
-    from gnnpipe.train import main
+    from gnnpipe.cli.train import main
 
     ref = tmp_path / "ref"
     _train1(ref, **PIPE, epochs=8)
@@ -253,10 +253,11 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
     this child process's trainer, so the NaN is born on a known stage).
     """
     import gnnpipe.train as T
+    import gnnpipe.train.setup as setup
 
     results = []
     for job in jobs:
-        build = T.build_executor
+        build = setup.build_executor
         if job.get("epoch_sleep_s"):
             # A run that a test will kill: slow it down so that it cannot race many epochs
             # past the checkpoint the test waits for (tiny epochs take about 1 ms here).
@@ -273,7 +274,7 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
                 ex.train_epoch = train_epoch
                 return ex, plan
 
-            T.build_executor = build_slow
+            setup.build_executor = build_slow
         if job.get("inject"):
             at_epoch, at_stage = job["inject"]
 
@@ -291,14 +292,14 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
                 ex.train_epoch = train_epoch
                 return ex, plan
 
-            T.build_executor = build_with_hook
+            setup.build_executor = build_with_hook
         try:
             s = T.train(TrainConfig(**job["cfg"]), comm, out=Path(job["out"]))
             results.append({k: v for k, v in s.items() if k != "history"})
         except GnnpipeError as e:
             results.append({"error": str(e), "type": type(e).__name__})
         finally:
-            T.build_executor = build
+            setup.build_executor = build
     return results
 
 

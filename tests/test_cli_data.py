@@ -119,7 +119,6 @@ def test_prepare_all_skips_existing(toy, capsys):
 
 
 def test_synth_then_info(tmp_path, capsys):
-    pytest.importorskip("gnnpipe.data.synthetic")
     out = tmp_path / "sbm"
     argv = ["synth", "sbm", "--nodes", "300", "--classes", "3", "--avg-degree", "6", "--homophily", "0.9",
             "--features", "8", "--signal", "1.0", "--seed", "1", "--out", str(out)]

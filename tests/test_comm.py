@@ -506,7 +506,7 @@ def test_threads_per_rank_divides_this_hosts_cores():
 
 
 def test_packed_detects_views_of_one_buffer():
-    from gnnpipe.comm import _packed
+    from gnnpipe.comm.mpi_backend import _packed
 
     buf = torch.zeros(7, 3)
     pieces = list(buf.split([2, 0, 5]))

@@ -48,7 +48,7 @@ _RAISING_MAIN = (
     "def _boom(*_):\n"
     "    raise RuntimeError('injected failure')\n"
     "signal.signal(signal.SIGUSR1, _boom)\n"
-    "from gnnpipe.train import main\n"
+    "from gnnpipe.cli.train import main\n"
     "sys.exit(main())\n"
 )
 
@@ -310,7 +310,7 @@ def _dead_pid() -> int:
 
 
 def _census(store, rank=0, world=3, timeout_s=2.0):
-    from gnnpipe.comm import _FailureCensus
+    from gnnpipe.comm.torch_backend import _FailureCensus
 
     c = _FailureCensus(store, rank, world, timeout_s)
     c.register()
@@ -363,7 +363,7 @@ def test_census_when_the_store_is_gone():
         def set_timeout(self, *a):
             pass
 
-    from gnnpipe.comm import _FailureCensus
+    from gnnpipe.comm.torch_backend import _FailureCensus
 
     verdict = _FailureCensus(GoneStore(), 2, 4, 8.0).verdict()
     assert "store cannot be reached" in verdict and "rank 0" in verdict, verdict

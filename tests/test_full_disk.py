@@ -22,7 +22,7 @@ import torch
 from gnnpipe import GnnpipeError
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.comm import SingleProcessCommunicator
-from gnnpipe.rundir import MetricsFile
+from gnnpipe.train.rundir import MetricsFile
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

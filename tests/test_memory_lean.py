@@ -23,7 +23,8 @@ import torch
 from gnnpipe.data import synthetic
 from gnnpipe.models import ModelConfig, RunCtx, build_model, ops
 from gnnpipe.parallel.chunks import ChunkInfo, ChunkNeighbours, build_chunks
-from gnnpipe.parallel.pipeline import PipelineStage, StaleOptions
+from gnnpipe.parallel.executor import StaleOptions
+from gnnpipe.parallel.stage import PipelineStage
 from gnnpipe.partition import build_plan, relabel_graph
 
 TESTS = Path(__file__).resolve().parent
@@ -65,7 +66,7 @@ def test_dropout_saves_packed_mask_and_equals_plain_autograd():
 
 def _stage_setup(ways: int = 1, chunks: int = 4):
     g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
-    plan = build_plan(g, parts=ways, chunks=chunks, method="random", seed=0, stats=False)
+    plan = build_plan(g, parts=ways, chunks=chunks, method="random", seed=0)
     rg = relabel_graph(g, plan)
     return g, plan, rg
 
@@ -166,7 +167,7 @@ def test_scale_chunk_facts_from_plan_equal_planner():
 
     g = synthetic.rmat(800, 6000, num_classes=3, num_features=4, seed=2)
     for parts, chunks in ((1, 4), (2, 3)):
-        plan = build_plan(g, parts, chunks, method="random", seed=0, stats=False)
+        plan = build_plan(g, parts, chunks, method="random", seed=0)
         assert chunk_facts_of_plan(g, plan) == chunk_facts(g, parts, chunks, 0, "random")
 
 
@@ -214,5 +215,5 @@ def test_scale_guard_skips_points_that_do_not_fit(tmp_path):
         assert "epoch_s" not in r
         # every rank counted: at least the busiest rank, at most 4 x it
         assert r["pred_mem_mb"] <= r["pred_total_mb"] <= 4 * r["pred_mem_mb"] + 1e-6
-    saved = json.loads((tmp_path / "scale" / "results.json").read_text())
+    saved = json.loads((tmp_path / "scale-quick" / "results.json").read_text())
     assert len(saved["rows"]) == 3 and "skipped" in md

@@ -4,7 +4,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from gnnpipe.data.graph import Graph
-from gnnpipe.train import row_normalized
+from gnnpipe.data.load import row_normalized
 
 
 def _graph(features) -> Graph:

@@ -27,6 +27,7 @@ from gnnpipe.partition import (
     part_halo,
     partition_nodes,
     pipeline_bytes,
+    plan_stats,
     relabel_graph,
 )
 from gnnpipe.partition.volume import exchanged_layers, hybrid_bytes, startup_bytes
@@ -58,7 +59,13 @@ def graph() -> Graph:
 
 @pytest.fixture(scope="module", params=METHODS)
 def plan(request, graph) -> PartitionPlan:
-    return build_plan(graph, 4, 3, method=request.param, seed=3)
+    return with_stats(graph, build_plan(graph, 4, 3, method=request.param, seed=3))
+
+
+def with_stats(graph, plan):
+    """The plan with its statistics, as gnnpipe-partition saves it."""
+    plan.stats = plan_stats(graph, plan)
+    return plan
 
 
 # ------------------------------------------------------------------ assignment invariants
@@ -219,7 +226,7 @@ def brute_gp_bytes(graph, plan, F, L, d, s, model, paper):
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat", "gcnii", "resgcn+"])
 @pytest.mark.parametrize("L", [1, 2, 5])
 def test_graph_parallel_volume_brute_force(graph, model, L):
-    plan = build_plan(graph, 3, 1, method="random", seed=2)
+    plan = with_stats(graph, build_plan(graph, 3, 1, method="random", seed=2))
     sum_m = plan.stats["parts"]["halo_sum"]
     F, d, s = 6, 7, 4
     assert graph_parallel_bytes(sum_m, F, L, d, s, model, "paper") == brute_gp_bytes(graph, plan, F, L, d, s, model, True)
@@ -349,8 +356,8 @@ def test_metis_cuts_less_than_random():
     dst = np.r_[dst, dst + 100, rng.integers(100, 200, 5)]
     g = Graph.from_edges(src, dst, n, np.zeros((n, 1), np.float32), np.zeros(n, np.int64),
                          np.ones(n, bool), np.zeros(n, bool), np.zeros(n, bool))
-    cut_m = build_plan(g, 2, method="metis").stats["parts"]["edge_cut"]
-    cut_r = build_plan(g, 2, method="random").stats["parts"]["edge_cut"]
+    cut_m = plan_stats(g, build_plan(g, 2, method="metis"))["parts"]["edge_cut"]
+    cut_r = plan_stats(g, build_plan(g, 2, method="random"))["parts"]["edge_cut"]
     assert cut_m <= 5 < cut_r
 
 
@@ -447,6 +454,27 @@ def test_cli_writes_reuses_refuses(prepared, tmp_path, capsys):
     assert rc == 0 and json.loads(stdout)["meta"]["params"]["method"] == "random"
 
 
+def test_cli_summary_names_its_model_and_follows_the_flags(prepared, tmp_path, capsys):
+    from gnnpipe.partition import volume
+
+    rc, stdout, _ = run_cli([prepared, "--parts", 2, "--dry-run"], capsys)
+    assert rc == 0 and "for the model gcn L=32 d=100" in stdout and "GiB" in stdout and " GB" not in stdout
+    rc, stdout, _ = run_cli([prepared, "--parts", 2, "--dry-run", "--json", "--model", "gcnii", "--layers", 8,
+                             "--hidden", 16], capsys)
+    doc = json.loads(stdout)
+    v, sum_m = doc["volume_for_model"], doc["stats"]["parts"]["halo_sum"]
+    assert v["model_shape"]["model"] == "gcnii" and v["model_shape"]["layers"] == 8
+    assert v["graph_parallel_ours"] == volume.graph_parallel_bytes(sum_m, v["model_shape"]["features"], 8, 16, 4,
+                                                                   "gcnii", "ours")
+    assert doc["stats"]["volume"]["model_shape"]["layers"] == 32  # stats.json keeps the default shape
+    rc, stdout, _ = run_cli([prepared, "--parts", 2, "--dry-run", "--model", "gcnii", "--layers", 8, "--hidden", 16],
+                            capsys)
+    gib = v["pipeline"] / 2**30
+    assert "gcnii L=8 d=16" in stdout and f"{gib:.3f} GiB" in stdout
+    rc, _, err = run_cli([prepared, "--parts", 2, "--dry-run", "--model", "mlp"], capsys)
+    assert rc == 2 and "--model: expected one of" in err
+
+
 def test_cli_default_out_and_dry_run(prepared, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GNNPIPE_PARTITION_ROOT", str(tmp_path / "proot"))
     rc, stdout, err = run_cli([prepared, "--parts", 2, "--chunks", 2, "--dry-run"], capsys)
@@ -500,15 +528,16 @@ REAL = ["cora", "citeseer", "squirrel", "chameleon", "amazon_photo", "coauthor_p
 @pytest.mark.realdata
 @pytest.mark.parametrize("name", REAL)
 def test_plans_for_real_datasets(raw_datasets, name, tmp_path):
-    catalog = pytest.importorskip("gnnpipe.data.catalog")
+    from gnnpipe.data import catalog
+
     g = catalog.load_from_card(catalog.get_card(name), raw_datasets / name)
-    plan = build_plan(g, 8, 4, method="metis", seed=0)
+    plan = with_stats(g, build_plan(g, 8, 4, method="metis", seed=0))
     d = plan.save(tmp_path / f"{name}-metis-p8-c4")
     q = PartitionPlan.load(d)
     check_plan_matches(q, g)
     st = q.stats
     assert st["parts"]["balance"] < 1.1
-    rnd = build_plan(g, 8, 1, method="random", seed=0).stats["parts"]["edge_cut"]
+    rnd = plan_stats(g, build_plan(g, 8, 1, method="random", seed=0))["parts"]["edge_cut"]
     assert st["parts"]["edge_cut"] < 0.8 * rnd  # METIS well below random
     # The halo lists of one rank agree with the statistics.
     lp = load_local_part(g, q, 3)

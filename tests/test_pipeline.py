@@ -24,16 +24,17 @@ from oracle import full_graph_run, model_config  # noqa: E402
 from rankfns import _cfg, _unit_grads  # noqa: E402
 
 from gnnpipe import GnnpipeError  # noqa: E402
+from gnnpipe.config import FEATURE_FIRST_MODELS  # noqa: E402
 from gnnpipe.models import build_model  # noqa: E402
-from gnnpipe.parallel.pipeline import StaleOptions  # noqa: E402
+from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
 from gnnpipe.parallel.reference import StaleReference  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.partition.volume import pipeline_bytes  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
-from gnnpipe.train import load_graph_for  # noqa: E402
+from gnnpipe.data.load import load_graph_for  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}
-MODELS = ["gcn", "sage", "gcnii", "resgcn+"]
+MODELS = ["gcn", "sage", "gat", "gcnii", "resgcn+"]
 EPOCHS = 20
 
 
@@ -156,7 +157,7 @@ def test_plan_with_other_chunk_count_is_refused(tmp_path):
     assert len(ex.stage.chunks) == 3 and plan.num_chunks == 3
 
 
-HYBRID_MODELS = ["gcn", "gcnii", "resgcn+"]
+HYBRID_MODELS = ["gcn", "gat", "gcnii", "resgcn+"]
 
 
 @pytest.mark.parametrize("comm", COMMS_SLOW_MPI)
@@ -182,6 +183,7 @@ def test_hybrid_stale_equals_reference_with_ways(comm):
         kw = {k: v for k, v in run.items() if k not in ("mode", "stages")}
         ref = stale_reference(**kw)
         _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {comm}")
+        _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 {comm} (way 1)")
         # halo bytes: every slot, every aggregating unit whose input is trained, each way's
         # chunk receives its remote neighbour rows forward and returns their gradients.
         rg, plan, cfg = ref["relabelled"], ref["plan"], ref["cfg"]
@@ -192,7 +194,7 @@ def test_hybrid_stale_equals_reference_with_ways(comm):
             w = c // 3
             ids = ch.nbr_ids.numpy()
             remote += int(((ids < pp[w]) | (ids >= pp[w + 1])).sum())
-        n_ex = 4 if cfg.model != "gcn" else 3  # gcn's first layer reads constant features
+        n_ex = 3 if cfg.model in FEATURE_FIRST_MODELS else 4  # their first layer reads constant features
         expect = 2 * 4 * remote * cfg.hidden * n_ex
         got = sum(r["bytes"].get("halo_fwd", 0) + r["bytes"].get("halo_bwd", 0) for r in ranks)
         assert got == expect, f"{run['model']}: hybrid halo bytes {got} != {expect}"

@@ -25,18 +25,21 @@ from rankfns import _cfg  # noqa: E402
 from gnnpipe.comm import SingleProcessCommunicator  # noqa: E402
 from gnnpipe.data import synthetic  # noqa: E402
 from gnnpipe.models import ModelConfig, build_model  # noqa: E402
+from gnnpipe.parallel.build import first_stage_features  # noqa: E402
 from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
-from gnnpipe.parallel.pipeline import PipelineStage, StaleOptions  # noqa: E402
+from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
+from gnnpipe.parallel.stage import PipelineStage  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
-from gnnpipe.train import build_executor, load_graph_for  # noqa: E402
+from gnnpipe.data.load import load_graph_for  # noqa: E402
+from gnnpipe.train import build_executor  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}
 
 
 def _middle_stage(snapshot_period: int, hist_dtype=torch.float32):
     g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
-    plan = build_plan(g, parts=1, chunks=4, method="random", seed=0, stats=False)
+    plan = build_plan(g, parts=1, chunks=4, method="random", seed=0)
     rg = relabel_graph(g, plan)
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=4, hidden=16), seed=0)
     chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, rg.degrees().astype(np.float32), orig=plan.perm)
@@ -146,17 +149,17 @@ def test_hybrid_buffers_hold_only_the_ways_rows_and_bfloat16_trains():
 
 
 def test_hybrid_way_history_rows_are_its_part():
-    from gnnpipe.parallel.pipeline import build_way_link
+    from gnnpipe.parallel.halo import build_way_link
 
     g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
-    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0, stats=False)
+    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0)
     rg = relabel_graph(g, plan)
     chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, orig=plan.perm, only=range(3, 6))
     link = build_way_link(None, plan, chunks_all, 1, 3, exact=False)
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     st = PipelineStage(list(model.units)[1:], 1, chunks_all[3:], rg.num_nodes, None, rg.labels, None, masks, 100,
-                       True, StaleOptions(), seed=0, way=link)
+                       True, StaleOptions(), seed=0, source=link)
     lo, hi = int(plan.part_ptr[1]), int(plan.part_ptr[2])
     assert st.row0 == lo and all(h.shape[0] == hi - lo < rg.num_nodes for h in st.hist.values())
     for k in range(3):
@@ -178,15 +181,26 @@ def test_evaluation_by_chunks_equals_the_whole_graph_forward(model):
     block): the logits equal the same units run on the whole graph at once."""
     from gnnpipe.models import RunCtx
     from gnnpipe.models.block import Block
-    from gnnpipe.parallel.graph_parallel import features_to_tensor
+    from gnnpipe.parallel.features import features_to_tensor
 
     cfg = _cfg(mode="pipeline", model=model, layers=3, chunks=4, epochs=2)
     g = load_graph_for(cfg)
     ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
     for e in range(2):
         ex.train_epoch(e)
-    assert not hasattr(ex, "_full_chunk")
-    out, _ = ex._eval_forward(2)
+    made = []
+    real_init = Block.__init__
+
+    def counting_init(self, *a, **kw):
+        made.append(kw.get("num_src", a[2] if len(a) > 2 else None))
+        real_init(self, *a, **kw)
+
+    Block.__init__ = counting_init
+    try:
+        out, _ = ex._eval_forward(2)
+    finally:
+        Block.__init__ = real_init
+    assert made == [], f"evaluation built {len(made)} new block(s); it must reuse the training chunks' blocks"
     rg = relabel_graph(g, plan)
     blk = Block.full(torch.as_tensor(rg.indptr), torch.as_tensor(rg.indices))
     h, carry = features_to_tensor(rg.features), {}
@@ -215,7 +229,7 @@ def test_pipeline_and_hybrid_evaluate_the_same_exact_model_alike():
 def test_first_stage_features_one_way_and_hybrid():
     """One way: the first stage's features are the relabelled [N, F] matrix. A hybrid way's
     first stage holds only its part's and its chunks' neighbours' rows and reads the same
-    values (build_pipeline_executor relabels no features at all)."""
+    values (the builder relabels no features at all)."""
     cfg = _cfg(mode="pipeline", model="gcn", layers=3, chunks=4)
     g = load_graph_for(cfg)
     ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
@@ -225,14 +239,16 @@ def test_first_stage_features_one_way_and_hybrid():
     for k in range(4):
         assert torch.equal(ex.stage.x_src_rows(k), feats[ex.stage.chunks[k].src_ids()])
 
-    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0, stats=False)
+    plan = build_plan(g, parts=2, chunks=3, method="random", seed=0)
     rg = relabel_graph(g, plan)
     feats = torch.from_numpy(np.asarray(rg.features))
     chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, orig=plan.perm, only=range(3, 6))[3:]
-    rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi)] + [c.nbr_ids.numpy() for c in chunks]))
+    x, rows = first_stage_features(g.features, plan, chunks, whole=False)  # what the builder gives way 1
+    read = np.unique(np.concatenate([c.src_ids().numpy() for c in chunks]))  # what its chunks read
+    assert np.array_equal(rows, read), "a hybrid way's first stage holds exactly the rows its chunks read"
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    st = PipelineStage(list(model.units), 0, chunks, rg.num_nodes, feats[rows], rg.labels, None, masks, 100, True,
+    st = PipelineStage(list(model.units), 0, chunks, rg.num_nodes, x, rg.labels, None, masks, 100, True,
                        StaleOptions(), seed=0, x_rows=rows)
     assert st.x.shape[0] == rows.size < g.num_nodes
     for k, ch in enumerate(chunks):

@@ -14,11 +14,11 @@ import pytest
 
 from gnnpipe import GnnpipeError
 from gnnpipe.partition import volume
+from gnnpipe.dims import ParallelDims
 from gnnpipe.plan import (
     GraphStats,
     ModelSpec,
     PartInfo,
-    Topology,
     estimate_part_info,
     feasible_topologies,
     graph_stats_from_graph,
@@ -59,13 +59,13 @@ def squirrel(raw_datasets):
 def test_bytes_are_volume_formulas(model, a5000):
     st = _stats()
     spec = ModelSpec(model, 8, 64, heads=4 if model == "gat" else 1)
-    g = predict(st, spec, Topology("graph", 8), a5000)
+    g = predict(st, spec, ParallelDims("graph", 8), a5000)
     assert g.bytes["halo"] == volume.graph_parallel_bytes(st.part(8).sum_m, 128, 8, 64, 4, model, "ours")
     assert g.bytes["pipe"] == 0
-    p = predict(st, spec, Topology("pipeline", 1, 8, 16), a5000)
+    p = predict(st, spec, ParallelDims("pipeline", 1, 8, 16), a5000)
     assert p.bytes["pipe"] == volume.pipeline_bytes(20000, 64, 8, 4, h0=model == "gcnii")
     assert p.bytes["halo"] == 0 and p.bytes["allreduce"] == 0
-    h = predict(st, spec, Topology("hybrid", 2, 4, 8), a5000)
+    h = predict(st, spec, ParallelDims("hybrid", 2, 4, 8), a5000)
     assert h.bytes["pipe"] + h.bytes["halo"] == volume.hybrid_bytes(
         20000, st.part(2).sum_m, 128, 8, 64, 4, 2, 4, model, h0=model == "gcnii")
     # The all-reduce: every rank of the group contributes its parameter bytes once.
@@ -88,13 +88,14 @@ def test_param_count_matches_built_model(model):
 def test_real_plan_bytes_equal_plan_stats(squirrel, a5000):
     # Σ M_p from the real METIS plan: the predicted halo bytes are the plan's stats.json
     # volume (and so what the graph-parallel executor's counters measure).
-    from gnnpipe.partition import build_plan
+    from gnnpipe.partition import build_plan, plan_stats
 
     st = graph_stats_from_graph(squirrel, [4])
-    plan = build_plan(squirrel, 4, 1, model_shape={"layers": 16, "hidden": 64, "model": "gcn"})
-    pred = predict(st, ModelSpec("gcn", 16, 64), Topology("graph", 4), a5000)
-    assert st.part(4).sum_m == plan.stats["parts"]["halo_sum"]
-    assert pred.bytes["halo"] == plan.stats["volume"]["graph_parallel_ours"]
+    plan = build_plan(squirrel, 4, 1)
+    stats = plan_stats(squirrel, plan, {"layers": 16, "hidden": 64, "model": "gcn"})
+    pred = predict(st, ModelSpec("gcn", 16, 64), ParallelDims("graph", 4), a5000)
+    assert st.part(4).sum_m == stats["parts"]["halo_sum"]
+    assert pred.bytes["halo"] == stats["volume"]["graph_parallel_ours"]
 
 
 # ------------------------------------------------------------------ feasibility
@@ -118,11 +119,11 @@ def test_feasible_topologies_rules():
 
 def test_infeasible_topologies_raise(a5000):
     with pytest.raises(GnnpipeError, match="ways >= 2 and stages >= 2"):
-        Topology("hybrid", 1, 8, 8)
+        ParallelDims("hybrid", 1, 8, 8)
     with pytest.raises(GnnpipeError, match="fewer than 8 stages"):
-        predict(_stats(), ModelSpec("gcn", 4, 64), Topology("pipeline", 1, 8, 8), a5000)
+        predict(_stats(), ModelSpec("gcn", 4, 64), ParallelDims("pipeline", 1, 8, 8), a5000)
     with pytest.raises(GnnpipeError, match="no partition facts for 16 parts"):
-        predict(_stats(), ModelSpec("gcn", 4, 64), Topology("graph", 16), a5000)
+        predict(_stats(), ModelSpec("gcn", 4, 64), ParallelDims("graph", 16), a5000)
 
 
 # ------------------------------------------------------------------ memory
@@ -148,8 +149,8 @@ def test_memory_rejection(a5000):
 
 def test_memory_grows_with_graph(a5000):
     spec = ModelSpec("gcnii", 16, 64)
-    small = predict(_stats(N=10000, E=100000), spec, Topology("pipeline", 1, 4, 16), a5000)
-    big = predict(_stats(N=100000, E=1000000), spec, Topology("pipeline", 1, 4, 16), a5000)
+    small = predict(_stats(N=10000, E=100000), spec, ParallelDims("pipeline", 1, 4, 16), a5000)
+    big = predict(_stats(N=100000, E=1000000), spec, ParallelDims("pipeline", 1, 4, 16), a5000)
     assert big.peak_mem_bytes > 5 * (small.peak_mem_bytes - a5000.base_mem_bytes)
 
 
@@ -159,8 +160,8 @@ def test_more_layers_graph_volume_grows_pipeline_does_not(a5000):
     prev_g = prev_p = None
     for L in (8, 16, 32, 64):
         spec = ModelSpec("gcnii", L, 64)
-        g = predict(st, spec, Topology("graph", 8), a5000).bytes["halo"]
-        p = predict(st, spec, Topology("pipeline", 1, 8, 32), a5000).bytes["pipe"]
+        g = predict(st, spec, ParallelDims("graph", 8), a5000).bytes["halo"]
+        p = predict(st, spec, ParallelDims("pipeline", 1, 8, 32), a5000).bytes["pipe"]
         if prev_g is not None:
             assert g > prev_g
             assert p == prev_p
@@ -174,7 +175,7 @@ def test_bubble_is_analytic_for_equal_stages(S, C, a5000):
     free = replace(a5000, intra_bw_bytes_s=1e30, inter_bw_bytes_s=1e30, intra_latency_s=0.0,
                    inter_latency_s=0.0, unit_overhead_s=0.0)
     st = GraphStats(10000, 200000, 64, 64, name="equal")
-    p = predict(st, ModelSpec("gcn", 4 * S, 64), Topology("pipeline", 1, S, C), free)
+    p = predict(st, ModelSpec("gcn", 4 * S, 64), ParallelDims("pipeline", 1, S, C), free)
     assert p.comm_s == pytest.approx(0.0, abs=1e-12)
     # GPipe with one flush: epoch = Σ_s T_s/C + (C−1)·T_max/C, so the bubble beyond the
     # busiest stage is (Σ_s T_s − T_max)/C exactly ...
@@ -207,9 +208,19 @@ def test_estimate_sum_m_close_to_real(squirrel):
 
 
 # ------------------------------------------------------------------ the paper's direction
-def _g_over_p(stats, spec, prof):
-    g = predict(stats, spec, Topology("graph", 8), prof)
-    p = predict(stats, spec, Topology("pipeline", 1, 8, 32), prof)
+# The A5000 profile's SpMM rate was fitted to the paper's Reddit graph-parallel breakdown and
+# its per-unit overhead to the paper's Squirrel/Flickr pipeline epochs, so checking the
+# paper's directions at exactly those values would be circular. Each direction is checked
+# over a band around them instead (each fitted rate x0.5, x1, x2): a direction that holds
+# over the whole band follows from the model's structure (bytes, depth, overlap), not from
+# the fit. Where it does not (Physics GCNII), the test says so and checks less.
+BAND = [(sp, uo) for sp in (0.5, 1.0, 2.0) for uo in (0.5, 1.0, 2.0)]
+
+
+def _g_over_p(stats, spec, prof, spmm=1.0, overhead=1.0):
+    prof = replace(prof, spmm_edge_width_s=prof.spmm_edge_width_s * spmm, unit_overhead_s=prof.unit_overhead_s * overhead)
+    g = predict(stats, spec, ParallelDims("graph", 8), prof)
+    p = predict(stats, spec, ParallelDims("pipeline", 1, 8, 32), prof)
     return g.epoch_s / p.epoch_s
 
 
@@ -218,7 +229,8 @@ def test_paper_direction_squirrel(squirrel, a5000):
     # pipeline volume is 2·4·7·5201·1000). Pipeline wins (paper: G/P 2.33 for GCN).
     st = graph_stats_from_graph(squirrel, [8], chunks={1: [32]})
     for model in ("gcn", "gcnii"):
-        assert _g_over_p(st, ModelSpec(model, 32, 1000), a5000) > 1.2
+        for sp, uo in BAND:
+            assert _g_over_p(st, ModelSpec(model, 32, 1000), a5000, sp, uo) > 1.2, (model, sp, uo)
 
 
 def test_paper_direction_physics(a5000):
@@ -232,8 +244,15 @@ def test_paper_direction_physics(a5000):
         st = st.with_parts([real.part(8), real.part(1)])
     else:
         st = st.with_parts(estimate_part_info(34493, 495924, [8], chunks={1: [32]}))
-    for model in ("gcn", "gcnii"):
-        assert _g_over_p(st, ModelSpec(model, 32, 100), a5000) < 1.0
+    for sp, uo in BAND:
+        assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000, sp, uo) < 1.0, (sp, uo)
+    # GCNII's pipeline loses only when a unit pass costs at least the fitted overhead: at
+    # half of it the model predicts a pipeline win. Checked where the fit puts it, and
+    # known to rest on that fit.
+    for sp, uo in BAND:
+        if uo >= 1.0:
+            assert _g_over_p(st, ModelSpec("gcnii", 32, 100), a5000, sp, uo) < 1.0, (sp, uo)
+    assert _g_over_p(st, ModelSpec("gcnii", 32, 100), a5000, 1.0, 0.5) > 1.0  # the fit matters here
 
 
 def test_paper_direction_reddit_shaped(a5000):
@@ -241,8 +260,9 @@ def test_paper_direction_reddit_shaped(a5000):
     # Reddit's average degree (492). Pipeline wins (paper: G/P 2.45).
     st = GraphStats(232965, 114615892, 602, 41, name="reddit")
     st = st.with_parts(estimate_part_info(st.num_nodes, st.num_edges, [8], sample_nodes=5000, chunks={1: [32]}))
-    assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000) > 1.5
-    p = predict(st, ModelSpec("gcn", 32, 100), Topology("pipeline", 1, 8, 32), a5000)
+    for sp, uo in BAND:
+        assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000, sp, uo) > 1.5, (sp, uo)
+    p = predict(st, ModelSpec("gcn", 32, 100), ParallelDims("pipeline", 1, 8, 32), a5000)
     assert p.bytes["pipe"] == 2 * 4 * 7 * 232965 * 100  # the paper's logged 1.215 GB
 
 
@@ -259,8 +279,33 @@ def test_bad_profile_names_file_and_field(tmp_path):
     bad.write_text('[profile]\nname = "x"\ngemm_flops_s = 1e12\n')
     with pytest.raises(GnnpipeError, match=r"bad\.toml: field profile\.spmm_edge_width_s missing"):
         load_profile(bad)
-    with pytest.raises(GnnpipeError, match="not a shipped profile"):
+    with pytest.raises(GnnpipeError, match="not shipped"):
         load_profile("no-such-profile")
+
+
+def test_user_profiles_come_first(tmp_path, monkeypatch):
+    # A calibrated profile lives in the user directory and shadows a shipped one of the
+    # same name; the shipped file is never the one written.
+    shipped = load_profile("a5000-100gbe")
+    text = (Path(__file__).resolve().parents[1] / "gnnpipe/profiles/a5000-100gbe.toml").read_text()
+    (tmp_path / "a5000-100gbe.toml").write_text(text.replace('name = "a5000-100gbe"', 'name = "mine"'))
+    (tmp_path / "only-mine.toml").write_text(text)
+    monkeypatch.setenv("GNNPIPE_PROFILE_DIR", str(tmp_path))
+    assert load_profile("a5000-100gbe").name == "mine"
+    assert "only-mine" in list_profiles() and "h100-nvlink" in list_profiles()
+    assert load_profile("only-mine").gemm_flops_s == shipped.gemm_flops_s
+    assert shipped.device == "cuda" and load_profile("cpu-this-machine").device == "cpu"
+
+
+def test_auto_estimate_nodes_bounds():
+    from gnnpipe.cli.plan import ESTIMATE_EDGE_BUDGET, auto_estimate_nodes
+
+    # Reddit's degree: the sample is cut to the edge budget, not 20,000 nodes.
+    n = auto_estimate_nodes(232965, 114615892, 64)
+    assert 1000 <= n and n * 114615892 / 232965 <= 1.01 * ESTIMATE_EDGE_BUDGET
+    assert auto_estimate_nodes(1000000, 20000000, 4) == 20000   # 400k edges: the node cap
+    assert auto_estimate_nodes(500, 5000, 4) == 500             # never more than the graph
+    assert auto_estimate_nodes(10**7, 10**10, 512) == 8 * 512   # room for parts x chunks
 
 
 # ------------------------------------------------------------------ CLI
@@ -291,10 +336,43 @@ def test_cli_json_64_gpus():
     assert out["recommended"].startswith("mpirun -np 64 gnnpipe-train")
 
 
+@pytest.mark.parametrize("profile,device", [("a5000-100gbe", "cuda"), ("cpu-this-machine", "cpu")])
+def test_recommended_command_trains_what_was_planned(profile, device):
+    # The printed command, parsed by the trainer's own parser, names the planned graph
+    # (sizes of the generated R-MAT graph), device, mode, ways, stages and chunks.
+    import shlex
+
+    from gnnpipe.config import parse_config
+
+    r = _cli("rmat", "--stats", "200000,2000000,64,5", "--world", "4", "--layers", "16", "--hidden", "64",
+             "--model", "gcnii", "--profile", profile, "--history-dtype", "bfloat16", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    best = [p for p in out["predictions"] if p["fits"]][0]["topology"]
+    argv = shlex.split(out["recommended"])
+    assert argv[:4] == ["mpirun", "-np", "4", "gnnpipe-train"]
+    cfg, _ = parse_config(argv[4:])
+    assert (cfg.dataset, cfg.synth_nodes, cfg.synth_features, cfg.synth_classes) == ("rmat", 200000, 64, 5)
+    assert int(cfg.synth_nodes * cfg.synth_degree) == 2000000
+    assert (cfg.model, cfg.layers, cfg.hidden, cfg.device) == ("gcnii", 16, 64, device)
+    assert cfg.mode == best["mode"]
+    if cfg.mode == "graph":
+        assert cfg.parts == best["ways"]
+    else:
+        assert (cfg.ways, cfg.stages, cfg.chunks, cfg.history_dtype) == (best["ways"], best["stages"], best["chunks"],
+                                                                         "bfloat16")
+    # The table prints the same command.
+    t = _cli("rmat", "--stats", "200000,2000000,64,5", "--world", "4", "--layers", "16", "--hidden", "64",
+             "--model", "gcnii", "--profile", profile, "--history-dtype", "bfloat16")
+    assert out["recommended"] in t.stdout
+    assert "estimated from a 20,000-node R-MAT graph" in t.stderr
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--stats", "10,x,5", "--world", "2"], "--stats: expected comma-separated integers"),
     (["--stats", "100,400,5", "--world", "0"], "--world: expected at least 1"),
-    (["--stats", "100,400,5", "--world", "2", "--profile", "nope"], "not a shipped profile"),
+    (["--stats", "100,400,5", "--world", "2", "--profile", "nope"], "not shipped"),
+    (["rmat", "--world", "2"], "give its size with --stats"),
     (["--stats", "100,400,5", "--world", "2", "--model", "mlp"], "model: expected one of"),
     (["no-such-dataset", "--world", "2"], "not found"),
 ])

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from gnnpipe import GnnpipeError
-from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, Topology, load_profile, predict, profile_toml,
+from gnnpipe.dims import ParallelDims
+from gnnpipe.plan import (GraphStats, ModelSpec, PartInfo, load_profile, predict, profile_toml,
                           train_command, unit_works)
 
 CPU_FIELDS = dict(cores_per_host=2.0, devices_per_node=64, shared_slowdown=1.1, oversub_slowdown=1.2,
@@ -45,9 +46,9 @@ def test_slowdown_rules(cpu):
 def test_oversubscribed_graph_mode_pays_compute_share_and_waits(cpu):
     st, spec = _stats(), ModelSpec("gcnii", 8, 64)
     cpu = replace(cpu, oversub_wait_s=1e-3)  # below the compute between two collectives here
-    g4 = predict(st, spec, Topology("graph", 4), cpu)
-    no_wait = predict(st, spec, Topology("graph", 4), replace(cpu, oversub_wait_s=0.0))
-    one_core_each = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=4.0))
+    g4 = predict(st, spec, ParallelDims("graph", 4), cpu)
+    no_wait = predict(st, spec, ParallelDims("graph", 4), replace(cpu, oversub_wait_s=0.0))
+    one_core_each = predict(st, spec, ParallelDims("graph", 4), replace(cpu, cores_per_host=4.0))
     assert g4.compute_s == pytest.approx(one_core_each.compute_s * 1.1 * 1.2 * 2 / 1.1, rel=1e-9)
     # 8 exchanged layers both ways + the all-reduce: 17 blocking collectives, each waiting.
     assert g4.comm_s - no_wait.comm_s == pytest.approx(17 * 1e-3, rel=1e-9)
@@ -56,7 +57,7 @@ def test_oversubscribed_graph_mode_pays_compute_share_and_waits(cpu):
 
 def test_pipeline_counts_history_rows_and_per_chunk_costs(cpu):
     spec = ModelSpec("gcnii", 8, 64)
-    topo = Topology("pipeline", 1, 2, 8)
+    topo = ParallelDims("pipeline", 1, 2, 8)
     few = predict(_stats({8: 10000}), spec, topo, cpu)
     many = predict(_stats({8: 60000}), spec, topo, cpu)
     # More out-of-chunk neighbour rows: more gather/scatter bytes, on every aggregating unit.
@@ -73,7 +74,7 @@ def test_only_gat_pipeline_transforms_neighbour_rows(cpu):
     # gat transforms h_src (attention needs every source row's transform): its pipeline
     # GEMMs grow with the gathered rows. gcn's and sage's hidden layers aggregate first and
     # gcnii always does, so theirs stay on the chunk's own rows.
-    topo = Topology("pipeline", 1, 2, 8)
+    topo = ParallelDims("pipeline", 1, 2, 8)
     nogemm = replace(cpu, gemm_flops_s=1e30)
     for spec, grows in ((ModelSpec("gat", 8, 64), True), (ModelSpec("gcn", 8, 64), False),
                         (ModelSpec("sage", 8, 64), False), (ModelSpec("gcnii", 8, 64), False)):
@@ -84,11 +85,11 @@ def test_only_gat_pipeline_transforms_neighbour_rows(cpu):
 
 
 def test_missing_chunk_facts_are_estimated_with_a_note(cpu):
-    p = predict(_stats(), ModelSpec("gcnii", 8, 64), Topology("pipeline", 1, 2, 8), cpu)
+    p = predict(_stats(), ModelSpec("gcnii", 8, 64), ParallelDims("pipeline", 1, 2, 8), cpu)
     assert any("estimated" in n for n in p.notes)
-    h = predict(_stats(), ModelSpec("gcnii", 8, 64), Topology("hybrid", 2, 2, 8), cpu)
+    h = predict(_stats(), ModelSpec("gcnii", 8, 64), ParallelDims("hybrid", 2, 2, 8), cpu)
     assert any("per-chunk halo" in n for n in h.notes)
-    h2 = predict(_stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64), Topology("hybrid", 2, 2, 8), cpu)
+    h2 = predict(_stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64), ParallelDims("hybrid", 2, 2, 8), cpu)
     assert not any("per-chunk halo" in n for n in h2.notes)
     assert h2.bytes["halo"] == 2 * 4 * 64 * 8 * 9000
 
@@ -96,8 +97,8 @@ def test_missing_chunk_facts_are_estimated_with_a_note(cpu):
 def test_hybrid_pair_exchanges_do_not_wait(cpu):
     # 2 ways x 2 stages on 2 cores: each exchange is between 2 ranks, which fit the cores.
     st, spec = _stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64)
-    h = predict(st, spec, Topology("hybrid", 2, 2, 8), cpu)
-    h_nowait = predict(st, spec, Topology("hybrid", 2, 2, 8), replace(cpu, oversub_wait_s=0.0))
+    h = predict(st, spec, ParallelDims("hybrid", 2, 2, 8), cpu)
+    h_nowait = predict(st, spec, ParallelDims("hybrid", 2, 2, 8), replace(cpu, oversub_wait_s=0.0))
     assert h.epoch_s == pytest.approx(h_nowait.epoch_s, rel=1e-12)
 
 
@@ -135,6 +136,61 @@ def test_validate_repredicts_stored_epoch_results(tmp_path, capsys):
     (d / "results.json").write_text("{not json")
     assert main(["validate", str(d)]) == 2
     assert "not a readable epoch results.json" in capsys.readouterr().err
+    # Cells measured under load are left out (and counted) unless asked for.
+    rows[1].update(under_load=True, load1_before=6.9, cpu_count=2)
+    (d / "results.json").write_text(json.dumps({"rows": rows}))
+    assert main(["validate", str(d), "--json"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert [r["config"] for r in out["rows"]] == ["G4", "H2x2c8"] and out["left_out_under_load"] == 1
+    assert cap.err.strip().splitlines() == ["gnnpipe-plan validate: left out 1 row(s) measured under load "
+                                            "(--include-loaded keeps them)"]
+    assert main(["validate", str(d), "--include-loaded"]) == 0
+    md = capsys.readouterr().out
+    assert "P4c16 *" in md and "1 of 3 measured while the 1-minute load exceeded the cores" in md
+
+
+def test_validate_without_results_says_what_to_run(tmp_path, capsys):
+    from gnnpipe.cli.plan import main
+
+    assert main(["validate", str(tmp_path / "results" / "epoch")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run `gnnpipe-bench epoch` first" in err[0]
+
+
+def test_calibrate_never_writes_a_shipped_profile(capsys):
+    from gnnpipe.cli.plan import main
+    from gnnpipe.plan import profiles_dir
+
+    target = profiles_dir() / "cpu-this-machine.toml"
+    before = target.read_bytes()
+    assert main(["calibrate", "--out", str(target)]) == 2
+    assert "that is a shipped profile" in capsys.readouterr().err
+    assert target.read_bytes() == before
+
+
+def test_calibrate_writes_the_user_profile_dir(tmp_path, monkeypatch, capsys):
+    # The measurements are stubbed (the real ones take a minute): what is checked is where
+    # the profile goes and that the planner then finds it by name.
+    from gnnpipe.cli import plan as P
+
+    fake = {"gemm_flops_s": 5e10, "spmm_edge_width_s": 5e9, "spmm_by_width": {64: 5e9}, "mem_bytes_s": 5e9,
+            "unit_overhead_s": 1e-4, "bw_bytes_s": 2e9, "latency_s": 5e-5, "p2p": {8: 5e-5}}
+    monkeypatch.setattr(P, "measure", lambda quick, p2p: fake)
+    monkeypatch.setattr(P, "measure_dropout", lambda quick: 1e8)
+    monkeypatch.setattr(P, "measure_units", lambda *a, **k: {"spmm_edge_width_s": 4e9, "mem_bytes_s": 3e9,
+                                                             "unit_overhead_s": 2e-4, "fit": []})
+    monkeypatch.setattr(P, "measure_chunk_path", lambda quick: {"gather_bytes_s": 5e9, "chunk_overhead_s": 1e-5})
+    monkeypatch.setattr(P, "measure_contention", lambda cores, quick: {
+        "alone_s": 0.01, "cores_s": 0.011, "oversub_s": 0.025, "shared_slowdown": 1.1, "oversub_slowdown": 1.1})
+    monkeypatch.setattr(P, "measure_collectives", lambda cores, quick: {
+        "coll_overhead_s": 1e-4, "oversub_wait_s": 1e-3, "oversub_iter_s": 0.02, "work_alone_s": 0.01})
+    monkeypatch.setattr(P, "measure_base_mem", lambda: 3e8)
+    monkeypatch.setenv("GNNPIPE_PROFILE_DIR", str(tmp_path / "mine"))
+    assert P.main(["calibrate"]) == 0
+    assert (tmp_path / "mine" / "cpu-this-machine.toml").is_file()
+    assert "wrote " + str(tmp_path / "mine" / "cpu-this-machine.toml") in capsys.readouterr().err
+    assert load_profile("cpu-this-machine").unit_overhead_s == pytest.approx(2e-4)
 
 
 def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
@@ -143,7 +199,7 @@ def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
     st = GraphStats(20000, 200000, 2000, 8, name="wide").with_parts(
         [PartInfo(1, 0, 20000, 200000, 0, "whole graph", {}, {16: 60000}),
          PartInfo(4, 12000, 5000, 50000, 3000, "test")])
-    spec, topo = ModelSpec("gcn", 8, 64), Topology("pipeline", 1, 4, 16)  # F=2000: stage 0 is heavy
+    spec, topo = ModelSpec("gcn", 8, 64), ParallelDims("pipeline", 1, 4, 16)  # F=2000: stage 0 is heavy
     flat = dict(shared_slowdown=1.0, oversub_slowdown=1.0)
     alone = predict(st, spec, topo, replace(cpu, cores_per_host=4.0, **flat))  # one core per stage
     shared = predict(st, spec, topo, replace(cpu, cores_per_host=2.0, **flat))
@@ -153,8 +209,8 @@ def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
     assert max(x.compute_s for x in shared.per_stage) == pytest.approx(want, rel=1e-9)
     assert want < 2.0 * max(raw)  # better than the fair share r/c applied to the busiest stage
     # Equal demand everywhere (graph mode) keeps the fair share.
-    g_alone = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=4.0, **flat))
-    g_shared = predict(st, spec, Topology("graph", 4), replace(cpu, cores_per_host=2.0, **flat))
+    g_alone = predict(st, spec, ParallelDims("graph", 4), replace(cpu, cores_per_host=4.0, **flat))
+    g_shared = predict(st, spec, ParallelDims("graph", 4), replace(cpu, cores_per_host=2.0, **flat))
     assert g_shared.compute_s == pytest.approx(2.0 * g_alone.compute_s, rel=1e-9)
 
 
@@ -177,7 +233,7 @@ def test_history_terms_follow_the_executor(cpu):
     # dtype; bfloat16 halves them and the stale hybrid's halo bytes, not the pipe's.
     st = _stats({8: 30000}, chunk_halo={8: 9000})
     f32, b16 = ModelSpec("gcn", 8, 64), ModelSpec("gcn", 8, 64, history_bytes=2)
-    pipe = Topology("pipeline", 1, 2, 8)
+    pipe = ParallelDims("pipeline", 1, 2, 8)
     units = unit_works(st, f32)
     for x in predict(st, f32, pipe, cpu).per_stage:
         a, b = x.units
@@ -187,7 +243,7 @@ def test_history_terms_follow_the_executor(cpu):
     for x32, x16 in zip(p32.per_stage, p16.per_stage):
         assert x16.mem["history"] == pytest.approx(x32.mem["history"] / 2)
     assert p16.bytes == p32.bytes
-    hyb = Topology("hybrid", 2, 2, 8)
+    hyb = ParallelDims("hybrid", 2, 2, 8)
     h32, h16 = predict(st, f32, hyb, cpu), predict(st, b16, hyb, cpu)
     way_rows = st.part(2).max_nodes  # a way's buffers hold its own part's rows only
     x = h32.per_stage[1]
@@ -204,7 +260,7 @@ def test_input_dropout_runs_over_neighbour_rows(cpu):
     # Every aggregating unit drops out its whole h_src (own + neighbour rows) before it
     # aggregates: that elementwise work grows with the chunks' neighbour rows (and with the
     # halo in graph mode); a row-wise unit's does not.
-    topo = Topology("pipeline", 1, 2, 8)
+    topo = ParallelDims("pipeline", 1, 2, 8)
     noelem = replace(cpu, mem_bytes_s=1e30)
     spec = ModelSpec("gcnii", 8, 64)
 

@@ -111,7 +111,7 @@ def test_list_presets_flag(capsys):
 
 
 def test_tiny_trains_end_to_end_in_seconds(tmp_path):
-    from gnnpipe.train import main
+    from gnnpipe.cli.train import main
 
     t0 = time.perf_counter()
     rc = main(["--config", "tiny", "--out", str(tmp_path / "run"), "--no-progress", "--threads", "1"])

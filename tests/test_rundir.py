@@ -1,6 +1,6 @@
 """Run directories: the lock, finished runs, --overwrite, and bad --out on several ranks.
 
-See :mod:`gnnpipe.rundir` for the rules. Two processes on one ``--out``: the second refuses at
+See :mod:`gnnpipe.train.rundir` for the rules. Two processes on one ``--out``: the second refuses at
 once naming the first's pid. A bad ``--out`` on two MPI ranks: every rank exits non-zero
 promptly (rank 0 reports through the setup agreement; nobody waits out the timeout).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gnnpipe import GnnpipeError
-from gnnpipe.rundir import LOCK_FILE, MetricsFile, claim_run_dir, default_run_dir
+from gnnpipe.train.rundir import LOCK_FILE, MetricsFile, claim_run_dir, default_run_dir
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

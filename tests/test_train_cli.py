@@ -70,7 +70,7 @@ def test_torchrun_launch(tmp_path):
 
 
 def test_one_process(tmp_path):
-    from gnnpipe.train import main
+    from gnnpipe.cli.train import main
 
     assert main(["--mode", "graph", "--model", "gcn", "--layers", "2", *SMALL, "--out", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "summary.json").exists()
@@ -81,7 +81,7 @@ def test_world_size_not_matching_plan(tmp_path):
     plan_dir = tmp_path / "plan"
     from gnnpipe.config import TrainConfig
     from gnnpipe.partition import build_plan
-    from gnnpipe.train import load_graph_for
+    from gnnpipe.data.load import load_graph_for
 
     g = load_graph_for(TrainConfig(synth_nodes=600, synth_degree=6, synth_features=8))
     build_plan(g, parts=3, chunks=1, seed=0).save(plan_dir)
@@ -100,7 +100,7 @@ def test_world_size_not_matching_plan(tmp_path):
 def test_plan_of_another_dataset_is_refused(tmp_path):
     from gnnpipe.config import TrainConfig
     from gnnpipe.partition import build_plan
-    from gnnpipe.train import load_graph_for
+    from gnnpipe.data.load import load_graph_for
 
     other = load_graph_for(TrainConfig(synth_nodes=600, synth_degree=6, synth_features=8, seed=1))
     build_plan(other, parts=2, chunks=1, seed=0).save(tmp_path / "plan")

@@ -39,7 +39,7 @@ def test_a_stale_cache_is_not_trusted(ds):
 
 
 def test_trainer_loads_verified_and_opt_out(ds):
-    from gnnpipe.train import load_graph_for
+    from gnnpipe.data.load import load_graph_for
 
     lab = np.load(ds / "labels.npy")
     lab[0] = (lab[0] + 1) % 4

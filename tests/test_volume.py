@@ -21,10 +21,11 @@ from rankfns import _cfg  # noqa: E402
 from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe.partition import build_plan  # noqa: E402
 from gnnpipe.partition.volume import chunk_halo_sum, exchanged_layers, hybrid_bytes, pipeline_bytes  # noqa: E402
-from gnnpipe.plan import (ModelSpec, Topology, chunk_counts, graph_stats_from_graph, load_profile,  # noqa: E402
+from gnnpipe.dims import ParallelDims  # noqa: E402
+from gnnpipe.plan import (ModelSpec, chunk_counts, graph_stats_from_graph, load_profile,  # noqa: E402
                           predict)
 from gnnpipe.testing import run_ranks  # noqa: E402
-from gnnpipe.train import load_graph_for  # noqa: E402
+from gnnpipe.data.load import load_graph_for  # noqa: E402
 
 
 def _random_csr(n, e, seed):
@@ -83,7 +84,7 @@ def test_plan_chunk_facts_match_the_chunks_the_executor_builds():
     g = load_graph_for(cfg)
     st = graph_stats_from_graph(g, [2], seed=0, chunks={1: [4], 2: [3]})
     for ways, C in ((2, 3), (1, 4)):
-        plan = build_plan(g, ways, C, seed=0, stats=False)
+        plan = build_plan(g, ways, C, seed=0)
         rg = relabel_graph(g, plan)
         chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr)
         pp = np.asarray(plan.part_ptr)
@@ -110,7 +111,7 @@ def test_hybrid_predicted_bytes_equal_measured_on_real_ranks(model):
             ("halo_fwd", "halo_bwd", "pipe_act", "pipe_grad", "allreduce")}
     cfg = _cfg(**run)
     g = load_graph_for(cfg)
-    topo = Topology("hybrid", ways=2, stages=2, chunks=3)
+    topo = ParallelDims("hybrid", ways=2, stages=2, chunks=3)
     st = graph_stats_from_graph(g, [2], seed=cfg.seed, chunks=chunk_counts([topo]))
     p = predict(st, ModelSpec(model, 4, cfg.hidden), topo, load_profile("cpu-this-machine"))
     assert sent["halo_fwd"] + sent["halo_bwd"] == p.bytes["halo"]

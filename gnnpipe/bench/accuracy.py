@@ -6,16 +6,18 @@
 Each configuration runs ``gnnpipe-train`` under the venv's ``mpirun`` (4 ranks unless the
 configuration says otherwise) and reads its ``summary.json``: test accuracy at the best
 validation accuracy (exact full-graph evaluation every ``eval_every`` epochs). Results go
-to ``results/accuracy/<name>/`` (one run directory per configuration and seed),
-``results/accuracy.json`` and ``results/accuracy.md``.
+to ``results/accuracy/<name>/seed<k>/`` (one run directory per configuration and seed),
+``results/accuracy.json`` (every run so far, merged) and ``results/accuracy/`` (results.csv,
+results.json, summary.md); ``--quick`` writes only under ``results/accuracy-quick/``.
 
     gnnpipe-bench accuracy --only cora-gcn2-graph --seeds 0 1 2
     python scripts/bench_accuracy.py --list
     python scripts/bench_accuracy.py --only cora-gcn2-graph cora-gcnii64-graph
     python scripts/bench_accuracy.py --group pipeline --seeds 0 1 2
 
-When ``docs/benchmarks.md`` has the markers ``<!-- accuracy:begin -->`` and
-``<!-- accuracy:end -->``, :func:`run` replaces what lies between them with the table.
+Nothing outside ``results/`` is written: ``gnnpipe-bench report`` renders the table into
+``docs/benchmarks.md`` (between ``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->``,
+:func:`fill_doc`) when asked.
 
 Targets (issues 4 and 5): Cora GCN-2 graph-parallel ≥ 80.5 %, Cora GCNII-64 ≥ 84.5 %;
 pipeline (4 stages, 16 chunks) within 1.5 points of graph-parallel for GCNII and ResGCN+
@@ -67,6 +69,7 @@ def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | No
     if epochs is not None:  # --epochs override: replace the configuration's own value
         flags = list(flags)
         flags[flags.index("--epochs") + 1] = str(epochs)
+    n_epochs = int(flags[flags.index("--epochs") + 1])
     out = out_root / name / f"seed{seed}"
     cmd = [str(VENV_BIN / "mpirun"), "-np", str(ranks), str(VENV_BIN / "gnnpipe-train"), *flags,
            "--seed", str(seed), "--out", str(out), "--no-progress"]
@@ -75,15 +78,18 @@ def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | No
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.time() - t0
     if p.returncode != 0:
-        return {"name": name, "seed": seed, "ok": False, "error": p.stderr[-2000:], "wall_s": wall}
+        return {"name": name, "seed": seed, "ok": False, "error": p.stderr[-2000:], "wall_s": wall, "epochs": n_epochs}
     s = json.loads((out / "summary.json").read_text())
     return {"name": name, "seed": seed, "ok": True, "test_acc": s["test_acc_at_best_val"],
             "best_val_acc": s["best_val_acc"], "best_epoch": s["best_epoch"],
-            "mean_epoch_time_s": s["mean_epoch_time_s"], "wall_s": wall, "target": target,
+            "mean_epoch_time_s": s["mean_epoch_time_s"], "wall_s": wall, "target": target, "epochs": n_epochs,
             "command": " ".join(cmd[2:])}
 
 
 def summarize(results: list[dict]) -> str:
+    """The markdown table: mean ± sd of the test accuracy per configuration, its target, and
+    (when a run was shorter than the configuration's schedule, e.g. ``--quick``) that the
+    target is not reachable in that many epochs."""
     import statistics
 
     by: dict[str, list[dict]] = {}
@@ -102,8 +108,72 @@ def summarize(results: list[dict]) -> str:
         key = name.rsplit("-", 1)[0]
         if key in PAPER_P and name.endswith("pipeline"):
             tgt += f" (paper P {PAPER_P[key]})"
+        flags = CONFIGS[name][2]
+        full = int(flags[flags.index("--epochs") + 1])
+        ran = {r.get("epochs", full) for r in ok}
+        if min(ran) < full:
+            tgt += f" — for {full} epochs; this run had {min(ran)}, not a test of the target"
         lines.append(f"| {name} | {len(ok)} | {statistics.mean(accs):.2f} ± {sd:.2f} | {tgt} | {ep:.3f} |")
     return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> Path:
+    """Test accuracy per configuration: mean over seeds (bar, coloured by mode), one dot per
+    seed, and the configuration's numeric target as a tick. A configuration run for fewer
+    epochs than its schedule says so under its label (its target is not being tested).
+
+    Args:
+        results: run records of :func:`run_one` (failed runs are left out).
+        path: the PNG.
+
+    Returns:
+        ``path``.
+    """
+    import re
+    import statistics
+
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from gnnpipe.bench import common as C
+
+    by: dict[str, list[dict]] = {}
+    for r in results:
+        if r.get("ok"):
+            by.setdefault(r["name"], []).append(r)
+    names = [n for n in CONFIGS if n in by]
+    plt = C.pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.8, 0.6 * len(names) + 1.5), 4.0), layout="constrained")
+    short = False
+    labels = []
+    for x, name in enumerate(names):
+        accs = [100 * r["test_acc"] for r in by[name]]
+        mode = name.rsplit("-", 1)[1] if name.rsplit("-", 1)[1] in C.MODE_COLORS else "graph"
+        ax.bar(x, statistics.mean(accs), 0.7, color=C.MODE_COLORS[mode])
+        ax.plot([x] * len(accs), accs, "o", color="black", ms=3.5)
+        m = re.match(r">= ([0-9.]+)", CONFIGS[name][3])
+        if m:
+            ax.plot([x - 0.4, x + 0.4], [float(m.group(1))] * 2, color="black", lw=1.5, ls="--")
+        flags = CONFIGS[name][2]
+        full = int(flags[flags.index("--epochs") + 1])
+        ran = min(r.get("epochs", full) for r in by[name])
+        label = name
+        if ran < full:
+            label += f"\n{ran} of {full} epochs:\ntarget not tested"
+            short = True
+        labels.append(label)
+    ax.set_xticks(range(len(names)), labels, rotation=90 if len(names) > 4 else 0)
+    ax.set_xlim(-0.8, len(names) - 0.2)  # one configuration (--quick): a bar of the usual width
+    ax.set_ylabel("test accuracy % at best validation")
+    ax.set_ylim(0, 100)
+    modes = [m for m in C.MODE_COLORS if any(n.endswith("-" + m) for n in names)]
+    C.legend_below(fig, [Patch(color=C.MODE_COLORS[m]) for m in modes]
+                   + [Line2D([], [], color="black", marker="o", ls="none"), Line2D([], [], color="black", ls="--")],
+                   modes + ["one seed", "target"])
+    seeds = sorted({r["seed"] for rs in by.values() for r in rs})
+    ax.set_title(f"Accuracy, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" + (": a shortened run, not a test of the targets"
+                                                                     if short else ""), fontsize=9.5)
+    return C.save_fig(fig, path)
 
 
 MARK_BEGIN, MARK_END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
@@ -123,8 +193,9 @@ def fill_doc(doc: Path, md: str) -> bool:
 
 
 def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | None = None, progress: bool = True,
-        timeout: int = 7200, doc: Path | None = None) -> tuple[list[dict], str]:
-    """``gnnpipe-bench accuracy``: run the configurations, merge into ``out/accuracy.json``.
+        timeout: int = 7200) -> tuple[list[dict], str]:
+    """``gnnpipe-bench accuracy``: run the configurations, merge into ``out/accuracy.json``
+    (``--quick``: ``out/accuracy-quick/accuracy.json``); nothing outside ``out`` is written.
 
     Args:
         out: results root (runs in ``out/accuracy/<name>/seed<k>``).
@@ -134,8 +205,6 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
         epochs: override every configuration's epoch count.
         progress: tqdm bar over (configuration, seed).
         timeout: seconds per run.
-        doc: markdown file whose accuracy section to fill (default ``docs/benchmarks.md``
-            of the repository; not touched in quick mode).
 
     Returns:
         (all results in the JSON file, markdown table).
@@ -144,27 +213,26 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
 
     from gnnpipe.bench import common as C
 
+    C.check_only(only, CONFIGS, "configuration")
     names = ["cora-gcn2-graph"] if quick else (only or list(CONFIGS))
-    unknown = [n for n in names if n not in CONFIGS]
-    if unknown:
-        raise C.BenchError(f"accuracy --only: unknown configuration(s) {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
     seeds = [0] if quick or not seeds else list(seeds)
     epochs = 20 if quick else epochs
     out = Path(out)
-    # A quick run must never overwrite a real result of the same configuration and seed.
-    sub = "accuracy-quick" if quick else "accuracy"
-    results_file = out / f"{sub}.json"
+    # A quick run must never overwrite a real result of the same configuration and seed;
+    # everything it writes stays in its own folder.
+    sub = C.sub_dir(out, "accuracy", quick).name
+    results_file = out / sub / "accuracy.json" if quick else out / "accuracy.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else []
     for name, seed in tqdm([(n, s) for n in names for s in seeds], desc="accuracy", disable=not progress):
-        r = run_one(name, seed, out / sub, timeout, epochs)
+        r, load = C.timed_cell(lambda: run_one(name, seed, out / sub, timeout, epochs), f"{name} seed {seed}")
+        r.update(C.load_fields([load]))
         results = [x for x in results if not (x["name"] == name and x["seed"] == seed)] + [r]
         results_file.parent.mkdir(parents=True, exist_ok=True)
         results_file.write_text(json.dumps(results, indent=2) + "\n")
     md = summarize(results)
     C.write_results(out / sub, results, md, {"seeds": seeds, "epochs_override": epochs})
-    if not quick:
-        fill_doc(doc or REPO / "docs" / "benchmarks.md", f"_Filled by `gnnpipe-bench accuracy` on "
-                 f"{time.strftime('%Y-%m-%d')} from results/accuracy.json._\n\n{md}")
+    if any(r.get("ok") for r in results):
+        plot(results, out / sub / "accuracy.png")
     return results, md
 
 

@@ -1,7 +1,8 @@
 """``gnnpipe-bench SUB [--out results/] [--quick]``: the paper's experiments, one command each.
 
 Subcommands (each writes ``results.csv``, ``results.json``, ``summary.md`` and PNG plots
-into ``<out>/<SUB>/`` and prints the summary table):
+into ``<out>/<SUB>/`` — ``<out>/<SUB>-quick/`` with ``--quick`` — and prints the summary
+table; nothing outside ``<out>`` is written):
 
     comm      bytes per epoch of graph / pipeline / hybrid across depths, measured vs predicted
     epoch     epoch time (compute / comm / bubble), 2 and 4 ranks, vs the cost model and planner
@@ -9,8 +10,13 @@ into ``<out>/<SUB>/`` and prints the summary table):
     scale     synthetic graphs up to 1M nodes / 20M edges, epoch time and memory per mode
     overhead  one process: gnnpipe against PyG's edge_index and adj_t paths, and the limit
     accuracy  the paper's accuracy protocol (long; --only, --seeds, --epochs)
+    cluster   training on emulated hosts with shaped links (root): one job, or --sweep over
+              link rates x modes x graphs x models (own flags: gnnpipe-bench cluster --help)
+    report    render docs/benchmarks.md's tables from the stored results (--doc, --plots)
 
-``--quick`` makes each finish in about a minute (tiny graphs, one run).
+``--quick`` makes each finish in about a minute (tiny graphs, one run). Every cell records
+the load average and core count before and after it, and a line on stderr warns when the
+1-minute load exceeds the cores.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
+from gnnpipe.bench import common as C
 from gnnpipe.cli import ArgumentParser
 
-SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy")
+SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "report")
 
 
 def _ints(s: str) -> list[int]:
@@ -49,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="scale: partition graphs with more nodes than this randomly (default: never)")
     ap.add_argument("--history-dtype", choices=("float32", "bfloat16"), default="float32",
                     help="scale: pipeline/hybrid history buffers (default float32; such rows are labelled +bf16)")
+    ap.add_argument("--doc", type=Path, default=None, help="report: markdown file to fill (default docs/benchmarks.md)")
+    ap.add_argument("--plots", action="store_true", help="report: also copy the stored PNGs into the doc's img/")
     ap.add_argument("--debug", action="store_true", help="tracebacks")
     return ap
 
@@ -80,7 +89,7 @@ def check_args(args: argparse.Namespace) -> None:
     for anc in [out, *out.parents]:
         if anc.exists():
             if not anc.is_dir():
-                raise GnnpipeError(f"--out {out}: {anc} is a file, not a folder for results")
+                raise GnnpipeError(f"--out {out}: {anc} is a file; expected the results folder (default results/)")
             break
     for flag, v in (("--runs", args.runs), ("--epochs", args.epochs), ("--random-above", args.random_above)):
         if v is not None and v < 1:
@@ -92,9 +101,8 @@ def check_args(args: argparse.Namespace) -> None:
         if not args.only:
             raise GnnpipeError("--only: give at least one name (or leave --only out to run all)")
         known = _known_names(args.sub)
-        unknown = [n for n in args.only if known is not None and n not in known]
-        if unknown:
-            raise GnnpipeError(f"{args.sub} --only: unknown name(s) {', '.join(unknown)} (known: {', '.join(known)})")
+        if known is not None:  # the same check each benchmark's run() makes, before anything starts
+            C.check_only(args.only, known, "name(s)")
 
 
 def _int_list(s: str) -> list[int]:
@@ -107,6 +115,12 @@ def _int_list(s: str) -> list[int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``gnnpipe-bench``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["cluster"]:
+        # Its own flags and a '--' tail of gnnpipe-train arguments: its own parser.
+        from gnnpipe.bench import cluster
+
+        return cluster.main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -118,11 +132,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gnnpipe-bench {args.sub}: error: {e}", file=sys.stderr)
         return 2
     print(md)
-    print(f"\n(results in {args.out / args.sub}/)")
+    if args.sub != "report":
+        from gnnpipe.bench.common import sub_dir
+
+        print(f"\n(results in {sub_dir(args.out, args.sub, args.quick)}/)")
     return 0
 
 
 def _dispatch(args: argparse.Namespace) -> str:
+    if args.sub == "cluster":
+        raise GnnpipeError("'cluster' takes its own flags: put it first, e.g. "
+                           "gnnpipe-bench cluster --hosts 4 --rate 200mbit -- --config tiny")
     kw = {"quick": args.quick, "progress": args.progress}
     if args.sub == "comm":
         from gnnpipe.bench import comm
@@ -148,6 +168,10 @@ def _dispatch(args: argparse.Namespace) -> str:
         from gnnpipe.bench import overhead
 
         return overhead.run(args.out, only=args.only, **kw)[1]
+    if args.sub == "report":
+        from gnnpipe.bench import report
+
+        return report.run(args.out, args.doc or C.REPO / "docs" / "benchmarks.md", only=args.only, plots=args.plots)
     from gnnpipe.bench import accuracy
 
     return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **kw)[1]

@@ -50,11 +50,11 @@ DEPTHS = (8, 16, 32, 64, 128)
 
 def topologies(world: int = 4):
     """The three modes at ``world`` ranks: G world, P world (C = 4·S), H 2×(world/2) (C = 4·S)."""
-    from gnnpipe.plan import Topology
+    from gnnpipe.dims import ParallelDims
 
-    ts = [Topology("graph", ways=world), Topology("pipeline", stages=world, chunks=4 * world)]
+    ts = [ParallelDims("graph", ways=world), ParallelDims("pipeline", stages=world, chunks=4 * world)]
     if world >= 4 and world % 2 == 0:
-        ts.append(Topology("hybrid", ways=2, stages=world // 2, chunks=4 * (world // 2)))
+        ts.append(ParallelDims("hybrid", ways=2, stages=world // 2, chunks=4 * (world // 2)))
     return ts
 
 
@@ -76,10 +76,11 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
     """
     from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
+    C.check_only(only, DATASETS, "dataset")
     dsets = QUICK if quick else {k: v for k, v in DATASETS.items() if not only or k in only}
     if quick:
         depths, measure = (4, 8), (4,)
-    out_dir = Path(out) / "comm"
+    out_dir = C.sub_dir(out, "comm", quick)
     prof = load_profile("cpu-this-machine")
     topos = topologies(4)
     jobs: list[C.Job] = []
@@ -115,10 +116,10 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                         jobs.append(C.Job(jname, argv, t.world))
             # The paper's setting: 8 ranks, 32 layers, the paper's d; bytes are exact formulas.
             ps = ModelSpec(model, 32, paper_d)
-            from gnnpipe.plan import Topology
+            from gnnpipe.dims import ParallelDims
 
-            g8 = predict(stats, ps, Topology("graph", ways=8), prof).bytes
-            p8 = predict(stats, ps, Topology("pipeline", stages=8, chunks=32), prof).bytes
+            g8 = predict(stats, ps, ParallelDims("graph", ways=8), prof).bytes
+            p8 = predict(stats, ps, ParallelDims("pipeline", stages=8, chunks=32), prof).bytes
             paper_rows.append({"dataset": name, "model": model, "d": paper_d, "pred_G_halo_8": g8["halo"],
                                "pred_P_8": p8["pipe"], "pred_ratio_8": g8["halo"] / p8["pipe"],
                                "paper_ratio": PAPER_RATIO.get((name, model), float("nan")),
@@ -129,6 +130,7 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
         if "job" not in row:
             continue
         r = res[row["job"]]
+        row.update(C.load_fields([r]))
         n_meas += 1
         if r["error"] or not r["metrics"]:
             row["error"] = (r["error"] or "no metrics")[:300]
@@ -194,28 +196,45 @@ def summarize(rows: list[dict], paper_rows: list[dict], n_eq: int, n_meas: int) 
 
 
 def plot(rows: list[dict], path: Path) -> Path:
-    """Bytes per epoch against depth, one panel per graph, lines per mode and model."""
+    """Bytes per epoch against depth, one panel per graph: colour = model, line style =
+    mode (the same in every panel and plot, :data:`gnnpipe.bench.common.MODEL_COLORS`),
+    lines predicted, dots measured; one legend for all panels."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullLocator
+
     plt = C.pyplot()
     dsets = list(dict.fromkeys(r["dataset"] for r in rows))
-    fig, axes = plt.subplots(1, len(dsets), figsize=(4.2 * len(dsets), 3.4), squeeze=False)
-    styles = {"graph": "-", "pipeline": "--", "hybrid": ":"}
+    fig, axes = plt.subplots(1, len(dsets), figsize=(3.6 * len(dsets) + 0.6, 3.6), squeeze=False, layout="constrained")
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    modes = [m for m in C.MODE_STYLES if any(r["mode"] == m for r in rows)]
     for ax, ds in zip(axes[0], dsets):
-        for model in dict.fromkeys(r["model"] for r in rows if r["dataset"] == ds):
-            for mode, ls in styles.items():
+        for model in models:
+            for mode in modes:
                 rs = sorted((r for r in rows if r["dataset"] == ds and r["model"] == model and r["mode"] == mode),
                             key=lambda r: r["layers"])
                 if not rs:
                     continue
-                line, = ax.plot([r["layers"] for r in rs], [r["pred_total"] / 2**30 for r in rs], ls,
-                                label=f"{model} {mode}")
+                color = C.MODEL_COLORS.get(model, "black")
+                ax.plot([r["layers"] for r in rs], [r["pred_total"] / 2**30 for r in rs], C.MODE_STYLES[mode],
+                        color=color, lw=1.4)
                 mr = [r for r in rs if "meas_total" in r]
-                ax.plot([r["layers"] for r in mr], [r["meas_total"] / 2**30 for r in mr], "o",
-                        color=line.get_color(), ms=4)
+                ax.plot([r["layers"] for r in mr], [r["meas_total"] / 2**30 for r in mr], "o", color=color, ms=4.5)
+        n = next(r["nodes"] for r in rows if r["dataset"] == ds)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(ds)
-        ax.set_xlabel("layers")
-        ax.set_ylabel("GiB per epoch (4 ranks)")
-    axes[0][0].legend(fontsize=6)
-    fig.suptitle("communication per epoch: lines predicted, dots measured", fontsize=9)
+        layers = sorted({r["layers"] for r in rows if r["dataset"] == ds})
+        ax.set_xticks(layers, [str(x) for x in layers])
+        ax.xaxis.set_minor_locator(NullLocator())
+        C.plain_ticks(ax)
+        ax.set_title(f"{ds} ({n:,} nodes)")
+        ax.set_xlabel("layers L")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel("GiB per epoch, all ranks")
+    handles = [Line2D([], [], color=C.MODEL_COLORS.get(m, "black"), lw=2.5) for m in models]
+    handles += [Line2D([], [], color="0.3", ls=C.MODE_STYLES[m]) for m in modes]
+    handles.append(Line2D([], [], color="0.3", marker="o", ls="none"))
+    labels = models + modes + ["measured"]
+    C.legend_below(fig, handles, labels, ncol=len(labels))
+    hidden = rows[0].get("hidden", "?")
+    fig.suptitle(f"Communication per epoch, 4 ranks, d={hidden}: lines predicted, dots measured")
     return C.save_fig(fig, path)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,87 @@ class BenchError(GnnpipeError):
 def venv_bin() -> Path:
     """The folder of this interpreter's console scripts (``mpirun``, ``gnnpipe-*``)."""
     return Path(sys.executable).parent
+
+
+# ----------------------------------------------------------------------------- where
+def sub_dir(out: Path, sub: str, quick: bool = False) -> Path:
+    """The folder benchmark ``sub`` writes: ``out/sub``, or ``out/sub-quick`` for
+    ``--quick`` (a one-minute run must never replace a full run's results).
+
+    Returns:
+        the folder (not created).
+    """
+    return Path(out) / (f"{sub}-quick" if quick else sub)
+
+
+def check_only(only: Sequence[str] | None, known: Iterable[str], what: str) -> None:
+    """Refuse ``--only`` names a benchmark does not have (a typo used to run nothing and
+    write empty results over the earlier ones).
+
+    Raises:
+        BenchError: naming the unknown names and the known ones.
+    """
+    known = list(known)
+    bad = [n for n in (only or ()) if n not in known]
+    if bad:
+        raise BenchError(f"--only: unknown {what} {', '.join(map(repr, bad))} (known: {', '.join(known)})")
+
+
+# ----------------------------------------------------------------------------- load
+def load_snapshot() -> dict:
+    """The machine's load now: ``{"load": [1, 5, 15-minute averages], "cpus": cores}``.
+
+    Every benchmark records one before and one after each cell: on a shared machine other
+    processes take cores, and a time measured at load 7 on 2 cores says little about the
+    model (an ``epoch --quick`` at load 6.9 showed -82 to -92 % prediction errors).
+    """
+    return {"load": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count() or 1}
+
+
+def warn_if_loaded(snap: Mapping[str, Any], cell: str, after: Mapping[str, Any] | None = None) -> bool:
+    """One line on stderr when the 1-minute load of ``snap`` (or of ``after``, the same
+    cell's second snapshot) exceeds the cores; returns whether it did."""
+    if after is not None and after["load"][0] > snap["load"][0]:
+        snap = after
+    if snap["load"][0] > snap["cpus"]:
+        print(f"gnnpipe-bench: warning: load {snap['load'][0]:.1f} > {snap['cpus']} cores around {cell}: "
+              "its times are inflated by other processes", file=sys.stderr, flush=True)
+        return True
+    return False
+
+
+def load_fields(outcomes: Iterable[Mapping[str, Any]]) -> dict:
+    """The load columns of a result row made of one or more cells (``run_jobs`` outcomes or
+    anything with ``load_before`` / ``load_after`` snapshots).
+
+    Returns:
+        ``load1_before`` / ``load1_after`` (the largest 1-minute load over the cells),
+        ``load_before`` / ``load_after`` (those cells' 1/5/15-minute triples), ``cpu_count``
+        and ``under_load`` (a 1-minute load above the cores before or after any cell);
+        empty when no cell has a snapshot.
+    """
+    snaps = [(o["load_before"], o["load_after"]) for o in outcomes if o.get("load_before") and o.get("load_after")]
+    if not snaps:
+        return {}
+    b = max((s[0] for s in snaps), key=lambda x: x["load"][0])
+    a = max((s[1] for s in snaps), key=lambda x: x["load"][0])
+    cpus = b["cpus"]
+    return {"load1_before": b["load"][0], "load1_after": a["load"][0], "load_before": b["load"],
+            "load_after": a["load"], "cpu_count": cpus, "under_load": max(b["load"][0], a["load"][0]) > cpus}
+
+
+def timed_cell(fn: Callable[[], Any], cell: str) -> tuple[Any, dict]:
+    """Run one in-process (or single-launch) cell with load snapshots around it.
+
+    Returns:
+        (``fn()``, ``{"load_before": snapshot, "load_after": snapshot}``), warning on stderr
+        when either is above the cores (one line per cell).
+    """
+    before = load_snapshot()
+    out = fn()
+    after = load_snapshot()
+    warn_if_loaded(before, cell, after)
+    return out, {"load_before": before, "load_after": after}
 
 
 # ----------------------------------------------------------------------------- running
@@ -70,7 +151,9 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
 
     Returns:
         ``{name: {"metrics": [per-epoch dicts], "summary": dict | None, "error": str | None,
-        "out": path}}``.
+        "out": path, "load_before": snapshot, "load_after": snapshot}}``: the machine's load
+        (:func:`load_snapshot`) when the job's launch began or the job before it in the same
+        launch finished, and when it finished (a line on stderr when above the cores).
     """
     import shutil
 
@@ -89,6 +172,7 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
             by_world.setdefault(j.world, []).append(j)
         groups = list(by_world.values())
     bar = None
+    loads: dict[str, dict] = {}
     if progress:
         from tqdm import tqdm
 
@@ -106,12 +190,19 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
                                  start_new_session=True)
             t0 = time.time()
             done: set[str] = set()
+            # Jobs of one launch run one after another: a job's "before" is the launch's
+            # start or the previous job's end (the 0.5 s polling makes that approximate).
+            last = load_snapshot()
             try:
                 while True:
                     rc = p.poll()
                     for j in group:
                         if j.name not in done and _finished(run_dir / j.name):
                             done.add(j.name)
+                            now = load_snapshot()
+                            loads[j.name] = {"load_before": last, "load_after": now}
+                            warn_if_loaded(last, j.name, now)
+                            last = now
                             if bar is not None:
                                 bar.update(1)
                     if rc is not None:
@@ -145,7 +236,7 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
         results[j.name] = {
             "metrics": read_metrics(out) if (out / "metrics.jsonl").exists() else [],
             "summary": json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None,
-            "error": err, "out": str(out),
+            "error": err, "out": str(out), **loads.get(j.name, {}),
         }
     return results
 
@@ -285,8 +376,14 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]], summary_md: 
 
     The CSV holds the scalar columns (union over rows, first-seen order); the JSON holds
     the rows whole plus ``extra`` (settings, summary figures) and the date.
+
+    Raises:
+        BenchError: no rows (earlier results in ``out_dir`` are kept rather than replaced
+            by empty ones).
     """
     out_dir = Path(out_dir)
+    if not rows:
+        raise BenchError(f"no result rows to write; {out_dir} keeps its earlier results")
     out_dir.mkdir(parents=True, exist_ok=True)
     cols: list[str] = []
     for r in rows:
@@ -310,22 +407,76 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
+# ----------------------------------------------------------------------------- plots
+#: One colour per parallel mode and one per model, the same in every plot (Okabe-Ito:
+#: distinguishable with colour-blindness and in grey print). A mode and a model never
+#: share a plot's colour channel: comm colours models and styles modes with dashes.
+MODE_COLORS = {"graph": "#0072B2", "pipeline": "#D55E00", "hybrid": "#009E73"}
+MODEL_COLORS = {"gcn": "#0072B2", "sage": "#E69F00", "gat": "#CC79A7", "gcnii": "#D55E00", "resgcn+": "#009E73"}
+#: Line style per mode where colour is taken by the model.
+MODE_STYLES = {"graph": "-", "pipeline": "--", "hybrid": ":"}
+#: Parts of an epoch (stacked bars) and the code paths of the overhead benchmark.
+PART_COLORS = {"compute": "#56B4E9", "comm": "#E69F00", "bubble": "#999999"}
+PATH_COLORS = {"PyG edge_index": "#999999", "PyG adj_t": "#E69F00", "gnnpipe": "#0072B2", "limit": "#000000"}
+#: Text sizes: readable at the width the PNGs are shown in docs/benchmarks.md.
+FONT = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8,
+        "legend.fontsize": 8, "figure.titlesize": 10}
+
+
 def pyplot():
-    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    """matplotlib.pyplot on the Agg backend (no display needed), with :data:`FONT`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update(FONT)
     return plt
 
 
+def mode_of(config: str) -> str:
+    """The mode of a configuration label (``G4``, ``P4c16``, ``H2x2c8``, ``+bf16`` suffix)."""
+    return {"G": "graph", "P": "pipeline", "H": "hybrid"}.get(config[:1], "graph")
+
+
+def plain_ticks(ax, axis: str = "y") -> None:
+    """Plain decimal tick labels on a (log) axis: ``0.37``, not ``3.72×10⁻¹``.
+
+    Major and minor ticks alike (a log axis spanning less than a decade labels only its
+    minor ticks, in scientific notation by default).
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    def fmt(v, _pos=None):
+        if v <= 0:
+            return ""
+        return f"{v:,.0f}" if v >= 10 else f"{v:.3g}"
+
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    a.set_major_formatter(FuncFormatter(fmt))
+    # A narrow log range has one major tick or none: label the minor ticks at 2 and 5
+    # times a power of ten (not all eight, which overlap).
+    lo, hi = (ax.get_ylim() if axis == "y" else ax.get_xlim())
+    if lo > 0 and hi / lo < 100:
+        a.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0) if hi / lo < 10 else (2.0, 5.0)))
+        a.set_minor_formatter(FuncFormatter(fmt))
+    else:
+        a.set_minor_formatter(NullFormatter())
+
+
+def legend_below(fig, handles, labels, ncol: int | None = None) -> None:
+    """One legend for the whole figure, below the axes: never over bars or lines, and the
+    same for every panel."""
+    if not handles:
+        return
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol or min(len(handles), 4), frameon=False)
+
+
 def save_fig(fig, path: Path) -> Path:
-    """Save small (100 dpi) and close."""
+    """Save (110 dpi, the whole figure: titles and outside legends included) and close."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08)
     pyplot().close(fig)
     return path
 
@@ -333,7 +484,7 @@ def save_fig(fig, path: Path) -> Path:
 def load_graph(dataset: str, **synth: Any):
     """The graph ``gnnpipe-train --dataset DATASET [--synth-*]`` trains on (same loader)."""
     from gnnpipe.config import TrainConfig
-    from gnnpipe.train import load_graph_for
+    from gnnpipe.data.load import load_graph_for
 
     return load_graph_for(TrainConfig(dataset=dataset, **synth))
 
@@ -347,7 +498,7 @@ def synth_flags(synth: Mapping[str, Any]) -> list[str]:
 
 
 def topo_flags(topo) -> list[str]:
-    """``gnnpipe-train`` flags for a :class:`gnnpipe.plan.Topology`."""
+    """``gnnpipe-train`` flags for a :class:`gnnpipe.dims.ParallelDims`."""
     if topo.mode == "graph":
         return ["--mode", "graph"]
     return ["--mode", topo.mode, "--ways", str(topo.ways), "--stages", str(topo.stages), "--chunks", str(topo.chunks)]
@@ -385,5 +536,5 @@ def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "
     from gnnpipe.partition.plan import build_plan
     from gnnpipe.partition.volume import chunk_halo_sum as _count
 
-    plan = call_quietly(lambda: build_plan(graph, ways, chunks, method=method, seed=seed, stats=False))
+    plan = call_quietly(lambda: build_plan(graph, ways, chunks, method=method, seed=seed))
     return _count(graph.indptr, graph.indices, plan.part, plan.chunk)

@@ -14,6 +14,7 @@ fastest measured configuration. Averages across configurations are geometric mea
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 from typing import Sequence
@@ -33,11 +34,11 @@ QUICK_CASES = {"sbm2k-gcnii4": ("sbm", {"synth_nodes": 2000, "synth_degree": 10.
 
 def world_topologies(world: int):
     """Topologies measured at ``world`` ranks (chunks = 4·S as the paper)."""
-    from gnnpipe.plan import Topology
+    from gnnpipe.dims import ParallelDims
 
-    ts = [Topology("graph", ways=world), Topology("pipeline", stages=world, chunks=4 * world)]
+    ts = [ParallelDims("graph", ways=world), ParallelDims("pipeline", stages=world, chunks=4 * world)]
     if world == 4:
-        ts.append(Topology("hybrid", ways=2, stages=2, chunks=8))
+        ts.append(ParallelDims("hybrid", ways=2, stages=2, chunks=8))
     return ts
 
 
@@ -77,11 +78,12 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     """Measure, predict, rank; write ``out/epoch/``. Returns (rows, markdown)."""
     from gnnpipe.plan import load_profile
 
+    C.check_only(only, CASES, "case")
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     if quick:
         worlds, runs, epochs = (4,), 2, 3
     prof = load_profile("cpu-this-machine")
-    out_dir = Path(out) / "epoch"
+    out_dir = C.sub_dir(out, "epoch", quick)
     jobs, rows, firsts = [], [], {}
     for cname, case in cases.items():
         ds, synth, model, L, d = case
@@ -104,7 +106,9 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     res = C.run_jobs(jobs, out_dir / "runs", progress=progress, desc="epoch")
     for row in rows:
         eps, per_run, errs = [], [], []
-        for j in row.pop("jobs"):
+        names = row.pop("jobs")
+        row.update(C.load_fields(res[j] for j in names))
+        for j in names:
             r = res[j]
             if r["error"]:
                 errs.append(r["error"][:300])
@@ -132,16 +136,27 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
     C.write_results(out_dir, rows, md, {"planner": hits, "within_25pct": within, "measured": len(ok),
                                         "planner_hits": sum(h["hit"] for h in hits), "groups": len(hits),
                                         "runs": runs, "epochs": epochs, "profile": prof.name})
-    plot(ok, out_dir / "epoch_breakdown.png")
+    if ok:
+        plot(ok, out_dir / "epoch_breakdown.png",
+             settings=f"{runs} runs x {epochs - 1} epochs each (first skipped), {os.cpu_count()} cores, profile {prof.name}")
     return rows, md
 
 
-def repredict(results_json: Path, profile: str = "cpu-this-machine") -> tuple[list[dict], list[dict], str]:
+def repredict(results_json: Path, profile: str = "cpu-this-machine",
+              include_loaded: bool = False) -> tuple[list[dict], list[dict], str, int]:
     """Predict the configurations of a stored ``epoch`` result again with the current model
     and ``profile`` (nothing is run): the same :func:`predict_case` the benchmark uses.
 
+    Args:
+        results_json: ``results.json`` or its folder.
+        profile: profile name or path.
+        include_loaded: keep rows measured while the 1-minute load exceeded the cores
+            (``under_load``; other processes inflated their times); by default they are
+            left out. Rows stored before the load was recorded are kept.
+
     Returns:
-        (rows with the new ``pred_*`` and ``rel_err``, planner hits, markdown summary).
+        (rows with the new ``pred_*`` and ``rel_err``, planner hits, markdown summary, the
+        number of rows left out as measured under load).
     """
     import json
 
@@ -151,14 +166,20 @@ def repredict(results_json: Path, profile: str = "cpu-this-machine") -> tuple[li
     path = Path(results_json)
     if path.is_dir():
         path = path / "results.json"
+    if not path.exists():
+        raise BenchError(f"{path}: no stored epoch results; run `gnnpipe-bench epoch` first (it writes "
+                         "results/epoch/results.json)")
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise BenchError(f"{path}: not a readable epoch results.json ({e})") from None
     prof = load_profile(profile)
-    rows = [dict(r) for r in doc.get("rows", []) if "measured_s" in r]
+    measured = [dict(r) for r in doc.get("rows", []) if "measured_s" in r]
+    rows = [r for r in measured if include_loaded or not r.get("under_load")]
+    left_out = len(measured) - len(rows)
     if not rows:
-        raise BenchError(f"{path}: no measured rows")
+        raise BenchError(f"{path}: no measured rows" + (f" measured without load ({left_out} under load; "
+                                                        "--include-loaded keeps them)" if left_out else ""))
     firsts = {}
     for cname in dict.fromkeys(r["case"] for r in rows):
         if cname not in CASES and cname not in QUICK_CASES:
@@ -174,7 +195,11 @@ def repredict(results_json: Path, profile: str = "cpu-this-machine") -> tuple[li
                     r.update({"pred_s": p.epoch_s, "pred_compute_s": p.compute_s, "pred_comm_s": p.comm_s,
                               "pred_bubble_s": p.bubble_s, "rel_err": C.rel_error(p.epoch_s, r["measured_s"])})
     hits = C.planner_hits(rows, ("case", "world"), measured="measured_s", predicted="pred_s", first_choice=firsts)
-    return rows, hits, summarize(rows, hits)
+    md = summarize(rows, hits)
+    if left_out:
+        md += (f"\n\nLeft out {left_out} of {len(measured)} measured row(s) taken while the 1-minute load exceeded the "
+               "cores (--include-loaded keeps them).")
+    return rows, hits, md, left_out
 
 
 def summarize(rows: list[dict], hits: list[dict]) -> str:
@@ -184,11 +209,15 @@ def summarize(rows: list[dict], hits: list[dict]) -> str:
         if "measured_s" not in r:
             table.append([r["case"], r["world"], r["config"], "failed", "", "", "", "", f"{r['pred_s']:.3f}", ""])
             continue
-        table.append([r["case"], r["world"], r["config"], f"{r['measured_s']:.3f}",
+        table.append([r["case"], r["world"], r["config"] + (" *" if r.get("under_load") else ""), f"{r['measured_s']:.3f}",
                       f"{r['run_min_s']:.3f}–{r['run_max_s']:.3f}", f"{r['compute_s']:.3f}", f"{r['comm_s']:.3f}",
                       f"{r['bubble_s']:.3f}", f"{r['pred_s']:.3f}", f"{100 * r['rel_err']:+.0f} %"])
     out = [C.md_table(["case", "ranks", "config", "median s", "run spread", "compute", "comm", "bubble",
                        "predicted s", "error"], table), ""]
+    n_loaded = sum(bool(r.get("under_load")) for r in ok)
+    if n_loaded:
+        out += [f"\\* {n_loaded} of {len(ok)} measured while the 1-minute load exceeded the cores (other processes "
+                "inflated their times).", ""]
     if ok:
         within = sum(abs(r["rel_err"]) <= 0.25 for r in ok)
         gm = C.geomean(r["pred_s"] / r["measured_s"] for r in ok)
@@ -214,24 +243,64 @@ def summarize(rows: list[dict], hits: list[dict]) -> str:
     return "\n".join(out)
 
 
-def plot(rows: list[dict], path: Path) -> Path:
-    """Stacked bars (compute / comm / bubble, measured medians) with the prediction as a dot."""
+def plot(rows: list[dict], path: Path, settings: str = "") -> Path:
+    """One bar per configuration: the median epoch time (over every kept epoch of every
+    run), split into compute / communication outside the bubble / bubble in proportion to
+    those parts' medians; a whisker for the spread of the per-run medians, and the
+    prediction as a dot.
+
+    The parts are recorded as the maximum over ranks, each from whichever rank is slowest
+    in it, so their sum exceeds the epoch time; stacking them raw drew bars taller than the
+    epoch. Splitting the median epoch keeps one statistic for the bar's height.
+
+    Args:
+        rows: measured rows of :func:`run` (``measured_s``, ``compute_s``, ``comm_s``,
+            ``bubble_s``, ``run_min_s``, ``run_max_s``, ``pred_s``; ``under_load`` marks
+            the label with ``*``).
+        path: the PNG.
+        settings: appended to the title (runs, epochs, machine).
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     plt = C.pyplot()
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(rows) + 1), 3.6))
-    xs = range(len(rows))
-    comp = [r["compute_s"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(4.8, 0.55 * len(rows) + 1.5), 4.0), layout="constrained")
+    xs = list(range(len(rows)))
     # The pipeline executor counts its receive waits (the bubble) inside comm_s as well, and
-    # compute_s = wall − comm_s per rank: stack compute, comm − bubble, bubble.
-    bub = [r["bubble_s"] for r in rows]
-    comm = [max(r["comm_s"] - r["bubble_s"], 0.0) for r in rows]
-    ax.bar(xs, comp, label="compute")
-    ax.bar(xs, comm, bottom=comp, label="comm (outside the bubble)")
-    ax.bar(xs, bub, bottom=[a + b for a, b in zip(comp, comm)], label="bubble")
-    ax.plot(xs, [r["measured_s"] for r in rows], "k_", ms=14, label="epoch (median)")
-    ax.plot(xs, [r["pred_s"] for r in rows], "r.", ms=8, label="predicted")
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels([f"{r['case']}\n{r['config']}" for r in rows], rotation=90, fontsize=6)
+    # compute_s = wall − comm_s per rank: the parts are compute, comm − bubble, bubble.
+    parts = {"compute": [r["compute_s"] for r in rows],
+             "comm": [max(r["comm_s"] - r["bubble_s"], 0.0) for r in rows],
+             "bubble": [r["bubble_s"] for r in rows]}
+    totals = [sum(p[i] for p in parts.values()) or 1.0 for i in range(len(rows))]
+    bottom = [0.0] * len(rows)
+    handles, labels = [], []
+    names = {"compute": "compute", "comm": "communication (outside the bubble)", "bubble": "bubble (pipeline wait)"}
+    for k, vals in parts.items():
+        h = [r["measured_s"] * v / t for r, v, t in zip(rows, vals, totals)]
+        ax.bar(xs, h, 0.7, bottom=bottom, color=C.PART_COLORS[k])
+        bottom = [b + x for b, x in zip(bottom, h)]
+        if any(v > 0 for v in vals):  # no legend entry for a part no bar shows
+            handles.append(Patch(color=C.PART_COLORS[k]))
+            labels.append(names[k])
+    med = [r["measured_s"] for r in rows]
+    ax.errorbar(xs, med, yerr=[[m - r["run_min_s"] for m, r in zip(med, rows)],
+                               [r["run_max_s"] - m for m, r in zip(med, rows)]],
+                fmt="none", ecolor="black", elinewidth=1, capsize=3)
+    ax.plot(xs, [r["pred_s"] for r in rows], "D", color="black", mfc="white", ms=6)
+    handles += [Line2D([], [], color="black", marker="|", ls="none", ms=10),
+                Line2D([], [], color="black", marker="D", mfc="white", ls="none")]
+    labels += ["spread of the run medians", "predicted"]
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r['case']}\n{r['config']}" + (" *" if r.get("under_load") else "") for r in rows],
+                       rotation=90 if len(rows) > 6 else 0)
     ax.set_ylabel("seconds per epoch")
-    ax.legend(fontsize=7)
-    ax.set_title("epoch time: measured breakdown (max over ranks each) and prediction", fontsize=9)
+    ax.set_ylim(0, max(max(r["run_max_s"] for r in rows), max(r["pred_s"] for r in rows)) * 1.08)
+    C.legend_below(fig, handles, labels, ncol=3)
+    loaded = any(r.get("under_load") for r in rows)
+    title = "Epoch time: median epoch, split by the parts' medians (max over ranks)"
+    sub = "; ".join(x for x in (settings, "* measured under load" if loaded else "") if x)
+    ax.set_title(title + (f"\n{sub}" if sub else ""), fontsize=9.5)
     return C.save_fig(fig, path)

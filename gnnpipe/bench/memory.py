@@ -38,12 +38,13 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
     """Measure and predict; write ``out/memory/``. Returns (rows, markdown)."""
     from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 
+    C.check_only(only, CASES, "case")
     cases = QUICK_CASES if quick else {k: v for k, v in CASES.items() if not only or k in only}
     topos = world_topologies(world)
     if quick:
         topos = topos[:2]
     prof = load_profile("cpu-this-machine")
-    out_dir = Path(out) / "memory"
+    out_dir = C.sub_dir(out, "memory", quick)
     jobs, rows = [], []
     for cname, (ds, synth, model, L, d) in cases.items():
         graph = C.load_graph(ds, **synth)
@@ -67,6 +68,7 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
     res = C.run_jobs(jobs, out_dir / "runs", fresh=True, progress=progress, desc="memory")
     for row in rows:
         r = res[row.pop("job")]
+        row.update(C.load_fields([r]))
         if r["error"] or not r["metrics"]:
             row["error"] = (r["error"] or "no metrics")[:300]
             continue
@@ -74,7 +76,9 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
         row["rel_err"] = C.rel_error(row["pred_mb"], row["measured_mb"])
     md = summarize(rows)
     C.write_results(out_dir, rows, md, {"world": world, "profile": prof.name})
-    plot([r for r in rows if "measured_mb" in r], out_dir / "memory.png")
+    ok = [r for r in rows if "measured_mb" in r]
+    if ok:
+        plot(ok, out_dir / "memory.png", settings=f"{world} ranks, --lean-memory, 2 epochs (history snapshot every epoch)")
     return rows, md
 
 
@@ -92,14 +96,36 @@ def summarize(rows: list[dict]) -> str:
     return md
 
 
-def plot(rows: list[dict], path: Path) -> Path:
+def plot(rows: list[dict], path: Path, settings: str = "") -> Path:
+    """Measured peak RSS of the busiest rank per configuration (bars coloured by mode,
+    :data:`gnnpipe.bench.common.MODE_COLORS`) with the memory model's prediction as a dot.
+
+    Args:
+        rows: rows of :func:`run` with ``measured_mb`` and ``pred_mb``.
+        path: the PNG.
+        settings: appended to the title (ranks, allocator).
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     plt = C.pyplot()
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.6 * len(rows) + 1), 3.4))
+    fig, ax = plt.subplots(figsize=(max(4.8, 0.55 * len(rows) + 1.5), 3.8), layout="constrained")
     xs = list(range(len(rows)))
-    ax.bar([x - 0.2 for x in xs], [r["measured_mb"] for r in rows], 0.4, label="measured peak RSS")
-    ax.bar([x + 0.2 for x in xs], [r["pred_mb"] for r in rows], 0.4, label="predicted")
+    modes = [C.mode_of(r["config"]) for r in rows]
+    ax.bar(xs, [r["measured_mb"] / 1024 for r in rows], 0.7, color=[C.MODE_COLORS[m] for m in modes])
+    ax.plot(xs, [r["pred_mb"] / 1024 for r in rows], "D", color="black", mfc="white", ms=6)
     ax.set_xticks(xs)
-    ax.set_xticklabels([f"{r['case']}\n{r['config']}" for r in rows], rotation=90, fontsize=6)
-    ax.set_ylabel("MB, busiest rank")
-    ax.legend(fontsize=7)
+    ax.set_xticklabels([f"{r['case']}\n{r['config']}" for r in rows], rotation=90 if len(rows) > 6 else 0)
+    ax.set_ylabel("GiB, busiest rank")
+    ax.set_ylim(0, max(max(r["measured_mb"], r["pred_mb"]) for r in rows) / 1024 * 1.1)
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:.2g}")
+    shown = [m for m in C.MODE_COLORS if m in modes]
+    handles = [Patch(color=C.MODE_COLORS[m]) for m in shown] + [
+        Line2D([], [], color="black", marker="D", mfc="white", ls="none")]
+    C.legend_below(fig, handles, [f"{m}: measured peak RSS" for m in shown] + ["predicted"])
+    ax.set_title("Peak memory per rank: measured (max over ranks) and predicted" + (f"\n{settings}" if settings else ""),
+                 fontsize=9.5)
     return C.save_fig(fig, path)

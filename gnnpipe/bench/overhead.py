@@ -206,6 +206,50 @@ def bench(name, root, model, threads, epochs, skip_edge_index) -> dict:
     return res
 
 
+def plot(rows: list[dict], path: Path, settings: str = "") -> Path:
+    """Seconds per epoch of each code path (bars, one colour per path everywhere:
+    :data:`gnnpipe.bench.common.PATH_COLORS`) per (dataset, model, threads). A path no row
+    measured (PyG's edge_index in ``--quick``) gets no bar and no legend entry.
+
+    Args:
+        rows: rows of :func:`run`.
+        path: the PNG.
+        settings: the title's second line (model shape, epochs).
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.patches import Patch
+
+    from gnnpipe.bench import common as C
+
+    plt = C.pyplot()
+    series = [(k, lab) for k, lab in (("pyg_edge_index_s", "PyG edge_index"), ("pyg_adj_t_s", "PyG adj_t"),
+                                      ("gnnpipe_s", "gnnpipe"), ("limit_s", "limit"))
+              if any(k in r for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(4.8, 1.4 * len(rows) + 1.5), 3.8), layout="constrained")
+    xs = list(range(len(rows)))
+    w = 0.8 / len(series)
+    for i, (key, lab) in enumerate(series):
+        off = (i - (len(series) - 1) / 2) * w
+        pts = [(x + off, r[key]) for x, r in zip(xs, rows) if key in r]
+        ax.bar([p[0] for p in pts], [p[1] for p in pts], w, color=C.PATH_COLORS[lab])
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r['dataset']} {r['model']}\n{r['threads']} thread(s)" for r in rows])
+    ax.set_xlim(-0.8, len(rows) - 0.2)  # one group (--quick): bars of the usual width, not the whole axis
+    ax.set_yscale("log")
+    # Room below the smallest bar: on a log axis the bottom is arbitrary, and a bar ending
+    # at the axis' edge reads as zero.
+    vals = [r[k] for r in rows for k, _ in series if k in r]
+    ax.set_ylim(min(vals) / 2, max(vals) * 1.3)
+    C.plain_ticks(ax)
+    ax.set_ylabel("seconds per epoch")
+    C.legend_below(fig, [Patch(color=C.PATH_COLORS[lab]) for _, lab in series], [lab for _, lab in series])
+    ax.set_title("One process: gnnpipe against PyG and the machine's limit" + (f"\n{settings}" if settings else ""),
+                 fontsize=9.5)
+    return C.save_fig(fig, path)
+
+
 def run(out: Path, quick: bool = False, only=None, progress: bool = True, threads=(1,), epochs: int = 3,
         datasets: Path | None = None) -> tuple[list[dict], str]:
     """``gnnpipe-bench overhead``: every (dataset, model) at each thread count; write ``out/overhead/``.
@@ -231,11 +275,13 @@ def run(out: Path, quick: bool = False, only=None, progress: bool = True, thread
     if quick:
         combos, epochs = [("squirrel", "gcn")], 1
     elif only:
+        C.check_only(only, [f"{ds}-{m}" for ds, m in combos], "configuration")
         combos = [c for c in combos if f"{c[0]}-{c[1]}" in only]
     rows = []
     todo = [(t, ds, m) for t in threads for ds, m in combos]
     for thr, ds, m in tqdm(todo, desc="overhead", disable=not progress):
-        rows.append(bench(ds, root, m, thr, epochs, quick))
+        r, load = C.timed_cell(lambda: bench(ds, root, m, thr, epochs, quick), f"{ds}-{m} {thr} thread(s)")
+        rows.append({**r, **C.load_fields([load])})
     table = [[r["dataset"], r["model"], r["threads"], r.get("pyg_edge_index_s", float("nan")), r["pyg_adj_t_s"],
               r["gnnpipe_s"], r["limit_s"], f"{r['ratio_vs_adj_t']:.2f}",
               f"{r['ratio_vs_edge_index']:.3f}" if "ratio_vs_edge_index" in r else "–", f"{r['ratio_vs_limit']:.2f}",
@@ -244,20 +290,9 @@ def run(out: Path, quick: bool = False, only=None, progress: bool = True, thread
                      "gnnpipe/adj_t", "gnnpipe/edge_index", "gnnpipe/limit", "≤ 0.6× adj_t"], table)
     gm = C.geomean(r["ratio_vs_adj_t"] for r in rows)
     md += f"\n\nGeometric mean gnnpipe/adj_t: {gm:.2f} over {len(rows)} configuration(s)."
-    out_dir = Path(out) / "overhead"
+    out_dir = C.sub_dir(out, "overhead", quick)
     C.write_results(out_dir, rows, md, {"d": D, "layers": L, "dropout": P, "epochs": epochs})
-    plt = C.pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    xs = list(range(len(rows)))
-    for off, key, lab in ((-0.3, "pyg_edge_index_s", "PyG edge_index"), (-0.1, "pyg_adj_t_s", "PyG adj_t"),
-                          (0.1, "gnnpipe_s", "gnnpipe"), (0.3, "limit_s", "limit")):
-        ax.bar([x + off for x in xs], [r.get(key, 0.0) for r in rows], 0.2, label=lab)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([f"{r['dataset']} {r['model']}\n{r['threads']} thr" for r in rows], fontsize=7)
-    ax.set_yscale("log")
-    ax.set_ylabel("s per epoch (1 process)")
-    ax.legend(fontsize=7)
-    C.save_fig(fig, out_dir / "overhead.png")
+    plot(rows, out_dir / "overhead.png", settings=f"{L} layers, d={D}, dropout {P}, median of {epochs} epoch(s)")
     return rows, md
 
 

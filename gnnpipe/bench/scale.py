@@ -122,7 +122,8 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
 
     if quick:
         sizes, method = (2000,), "random"
-    out_dir = Path(out) / "scale"
+    C.check_only(only, [C.label(t) for t in world_topologies(4)], "configuration")
+    out_dir = C.sub_dir(out, "scale", quick)
     data = out_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "prepare.log"
@@ -161,6 +162,7 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                                            "--eval-every", "100000", *C.topo_flags(t), *dtype_flags], t.world)],
                              out_dir / "runs", fresh=True, progress=progress, desc=f"scale {n:,} {C.label(t)}",
                              timeout_s=3600)[name]
+            row.update(C.load_fields([res]))
             if res["error"] or not res["metrics"]:
                 row["error"] = (res["error"] or "no metrics")[:300]
             else:
@@ -180,7 +182,8 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
     md = summarize(rows)
     C.write_results(out_dir, rows, md, {"model": f"{MODEL}-{LAYERS} d={HIDDEN}", "degree": DEGREE, "features": FEATURES,
                                         "world": 4, "partitioner": method})
-    plot(rows, out_dir / "scale.png")
+    plot(rows, out_dir / "scale.png", settings=f"{MODEL.upper()}-{LAYERS} d={HIDDEN}, degree {DEGREE}, 4 ranks on "
+                                                f"{os.cpu_count()} cores, --lean-memory, 2 epochs")
     return rows, md
 
 
@@ -208,21 +211,51 @@ def summarize(rows: list[dict]) -> str:
                        "peak RSS MB (max rank)", "predicted s", "predicted MB"], table)
 
 
-def plot(rows: list[dict], path: Path) -> Path:
+def plot(rows: list[dict], path: Path, settings: str = "") -> Path:
+    """Epoch time and peak RSS (busiest rank) against nodes, one line per configuration:
+    colour = mode (:data:`gnnpipe.bench.common.MODE_COLORS`), dashed = bfloat16 history;
+    one legend for both panels.
+
+    Args:
+        rows: rows of :func:`run` (points without ``epoch_s`` were skipped or failed and
+            are not drawn).
+        path: the PNG.
+        settings: the title's second line (model, degree, ranks, cores).
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.lines import Line2D
+
     plt = C.pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.3))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.6), layout="constrained")
+    handles, labels = [], []
     for cfg in dict.fromkeys(r["config"] for r in rows):
-        rs = [r for r in rows if r["config"] == cfg and "epoch_s" in r]
+        rs = sorted((r for r in rows if r["config"] == cfg and "epoch_s" in r), key=lambda r: r["nodes"])
         if not rs:
             continue
-        a1.plot([r["nodes"] for r in rs], [r["epoch_s"] for r in rs], "o-", label=cfg)
-        a2.plot([r["nodes"] for r in rs], [r["peak_rss_mb"] / 1024 for r in rs], "o-", label=cfg)
-    for a, y in ((a1, "epoch s"), (a2, "peak RSS GiB, max rank")):
+        style = dict(color=C.MODE_COLORS[C.mode_of(cfg)], ls="--" if cfg.endswith("+bf16") else "-", marker="o", ms=4)
+        a1.plot([r["nodes"] for r in rs], [r["epoch_s"] for r in rs], **style)
+        a2.plot([r["nodes"] for r in rs], [r["peak_rss_mb"] / 1024 for r in rs], **style)
+        handles.append(Line2D([], [], **style))
+        labels.append(cfg)
+    from matplotlib.ticker import NullLocator
+
+    sizes = sorted({r["nodes"] for r in rows if "epoch_s" in r})
+    for a, y in ((a1, "seconds per epoch"), (a2, "peak RSS GiB, busiest rank")):
         a.set_xscale("log")
         a.set_yscale("log")
-        a.set_xlabel("nodes (degree 20)")
+        # The measured sizes are the x ticks (a log axis's own labels crowd or vanish).
+        a.set_xticks(sizes, [f"{n / 1000:g}k" if n < 10**6 else f"{n / 10**6:g}M" for n in sizes])
+        a.xaxis.set_minor_locator(NullLocator())
+        if len(sizes) == 1:
+            a.set_xlim(sizes[0] / 2, sizes[0] * 2)
+        a.set_xlabel("nodes")
         a.set_ylabel(y)
-        if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=7)
-    fig.suptitle("GCN-16 d=64, 4 ranks on 2 cores", fontsize=9)
+        a.grid(True, which="major", alpha=0.3)
+        C.plain_ticks(a, "y")
+    a1.set_title("epoch time")
+    a2.set_title("memory")
+    C.legend_below(fig, handles, labels, ncol=max(len(labels), 1))
+    fig.suptitle("Scaling on R-MAT graphs" + (f": {settings}" if settings else ""))
     return C.save_fig(fig, path)

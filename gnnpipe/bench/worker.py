@@ -26,7 +26,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from gnnpipe import GnnpipeError
+    from gnnpipe._base import GnnpipeError
     from gnnpipe.comm import detect_launch, init_communicator, threads_per_rank
     from gnnpipe.config import parse_config
     from gnnpipe.train import train

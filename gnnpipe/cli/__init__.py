@@ -7,28 +7,31 @@ exit with status 2; ``--debug`` (or ``GNNPIPE_DEBUG=1``) keeps the traceback. Ct
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
+import warnings
 from typing import Callable, Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import ArgumentParser  # noqa: F401  (every CLI's parser; defined low so config can use it)
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line: ``PROG: error: MESSAGE (see PROG --help)``.
+def quiet_known_warnings() -> None:
+    """Silence torch's once-per-process notices that every rank would print.
 
-    argparse's default prints the whole usage synopsis first, which for a CLI with many
-    options buries the line that says what was wrong. Subparsers inherit the class.
+    torch warns that sparse CSR is "beta" and that invariant checks are off; the CSR path
+    is exercised by our own tests. Process-wide state, so only command-line entry points
+    call this: ``import gnnpipe`` changes no global state.
     """
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+    warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None, prog: str = "gnnpipe") -> int:
     """Run ``main(argv)``, turning user errors into one-line messages and exit codes."""
+    quiet_known_warnings()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("GNNPIPE_DEBUG") == "1"
     logging.basicConfig(

@@ -25,13 +25,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.data import catalog
 from gnnpipe.data.graph import META_FILE, Graph, load_graph
 from gnnpipe.data.stats import graph_info
 from gnnpipe.fsutil import check_replaceable, safe_name
-from gnnpipe.rundir import check_splits
+from gnnpipe.data.load import check_splits
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

@@ -5,7 +5,12 @@ Usage::
     gnnpipe-partition DATASET --parts P [--chunks C] [--method metis|random|contiguous]
         [--objective cut|vol] [--seed S] [--weights none|degree] [--out DIR] [--root DIR]
         [--metis-mode auto|plain|multilevel] [--metis-budget BYTES]
-        [--json] [--dry-run] [--force] [--debug]
+        [--model M] [--layers L] [--hidden d] [--json] [--dry-run] [--force] [--debug]
+
+The printed summary predicts the bytes per epoch of the model ``--model``/``--layers``/
+``--hidden`` (default gcn, 32 layers, d=100) in GiB, as the benchmarks print them; stats.json
+always records them for that default shape (the plan does not depend on the model, and the
+same plan serves every model).
 
 ``--metis-mode`` picks how METIS runs: ``plain`` on the whole graph, ``multilevel``
 (coarsen in numpy first, METIS on the coarse graph, refine while projecting back: a
@@ -46,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.data.graph import Graph
 from gnnpipe.fsutil import check_replaceable, is_our_output, safe_name
@@ -59,6 +64,7 @@ from gnnpipe.partition.plan import (
     plan_params,
     read_plan_meta,
 )
+from gnnpipe.partition.stats import plan_stats
 
 #: Params that record results (what ran), not requests: ignored when deciding reuse.
 _RESULT_PARAMS = ("metis_path",)
@@ -86,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--metis-budget", type=int, help="bytes METIS may use (default: 2x the graph's int64 CSR)")
     ap.add_argument("--out", type=Path, help="plan directory (default partition/<dataset>-<method>-p<P>-c<C>)")
     ap.add_argument("--root", type=Path, help="data root for dataset names")
+    ap.add_argument("--model", default="gcn", help="model of the printed byte prediction (default gcn; not stored)")
+    ap.add_argument("--layers", type=int, default=32, help="L of the printed byte prediction (default 32; not stored)")
+    ap.add_argument("--hidden", type=int, default=100, help="d of the printed byte prediction (default 100; not stored)")
     ap.add_argument("--json", action="store_true", help="print META and stats as JSON instead of a table")
     ap.add_argument("--dry-run", action="store_true", help="compute and print, write nothing")
     ap.add_argument("--force", action="store_true", help="replace an existing plan with other parameters")
@@ -123,12 +132,41 @@ def _check_writable(out: Path) -> None:
 
 
 def _gb(b: float) -> str:
-    return f"{b / 1e9:.3f} GB"
+    # GiB, as gnnpipe-bench and gnnpipe-plan's memory columns print bytes.
+    return f"{b / 2**30:.3f} GiB"
 
 
-def summary_table(stats: dict, meta: dict) -> str:
-    """The human summary printed by the CLI."""
+def model_volume(stats: dict, model: str, layers: int, hidden: int) -> dict:
+    """stats.json's ``volume`` section for another model shape: the same formulas
+    (:mod:`gnnpipe.partition.volume`) on the plan's Σ M_p, N, F and S.
+
+    Returns:
+        a dict shaped like ``stats["volume"]`` (``model_shape`` and the byte counts).
+    """
+    from gnnpipe.partition import volume
+
+    ms = dict(stats["volume"]["model_shape"])
+    ms.update(model=model, layers=layers, hidden=hidden)
+    sum_m, F, S, s = stats["parts"]["halo_sum"], ms["features"], ms["stages"], ms["bytes_per_value"]
+    return {
+        "model_shape": ms,
+        "graph_parallel_paper": volume.graph_parallel_bytes(sum_m, F, layers, hidden, s, model, "paper"),
+        "graph_parallel_ours": volume.graph_parallel_bytes(sum_m, F, layers, hidden, s, model, "ours"),
+        "graph_parallel_ours_startup": volume.startup_bytes(sum_m, F, layers, s, model),
+        "pipeline": volume.pipeline_bytes(stats["num_nodes"], hidden, S, s, h0=model == "gcnii"),
+    }
+
+
+def summary_table(stats: dict, meta: dict, shape: tuple[str, int, int] | None = None) -> str:
+    """The human summary printed by the CLI.
+
+    Args:
+        stats, meta: the plan's stats.json and META.json.
+        shape: (model, layers, hidden) of the byte prediction; None: stats.json's own.
+    """
     pp, cc, vol = stats["parts"], stats["chunks"], stats["volume"]
+    if shape is not None:
+        vol = model_volume(stats, *shape)
     ms = vol["model_shape"]
     prm = meta["params"]
     ds = meta["dataset"]
@@ -150,9 +188,10 @@ def summary_table(stats: dict, meta: dict) -> str:
         f"chunks    {len(cc['sizes'])} of {min(cc['sizes']):,}..{max(cc['sizes']):,} nodes, balance {cc['balance']:.3f}; "
         f"chunk cut {cc['edge_cut']:,}; sum of out-of-chunk neighbours {cc['halo_sum']:,}",
         "",
-        f"predicted bytes per epoch, {ms['model']} L={ms['layers']} d={ms['hidden']} F={ms['features']} s={ms['bytes_per_value']}:",
+        f"predicted bytes per epoch for the model {ms['model']} L={ms['layers']} d={ms['hidden']} F={ms['features']} "
+        f"s={ms['bytes_per_value']} (--model/--layers/--hidden choose it; the plan serves any model):",
         f"  graph parallel, paper  2s·ΣM·(F+(L-1)d)      {_gb(vol['graph_parallel_paper'])}",
-        f"  graph parallel, ours   2s·ΣM·(L-1)d          {_gb(vol['graph_parallel_ours'])}"
+        f"  graph parallel, ours   2s·ΣM·n_x·d           {_gb(vol['graph_parallel_ours'])}"
         f"  (+ {_gb(vol['graph_parallel_ours_startup'])} once at start-up)",
         f"  pipeline, S={ms['stages']}           2s·(S-1)·N·d          {_gb(vol['pipeline'])}",
     ]
@@ -173,6 +212,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--parts: expected at least 1, got {args.parts}")
     if args.chunks < 1:
         raise GnnpipeError(f"--chunks: expected at least 1, got {args.chunks}")
+    from gnnpipe.partition.volume import MODELS
+
+    if args.model not in MODELS:
+        raise GnnpipeError(f"--model: expected one of {', '.join(MODELS)}, got {args.model!r}")
+    if args.layers < 1 or args.hidden < 1:
+        raise GnnpipeError(f"--layers/--hidden: expected at least 1, got {args.layers}/{args.hidden}")
+    shape = (args.model, args.layers, args.hidden)
     gdir = _resolve(args.dataset, args.root)
     # A fixed glibc mmap threshold: the partitioner's many large temporaries (row blocks,
     # contractions, METIS's arrays) go back to the system when freed instead of growing
@@ -207,7 +253,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 if not plan.stats:
                     raise GnnpipeError(f"{out / 'stats.json'}: missing or empty, so the plan is incomplete; "
                                        "use --force to rebuild it")
-                _print(plan.stats, old, args.json)
+                _print(plan.stats, old, args.json, shape)
                 return 0
             diff = [f"{k}: {old.get('params', {}).get(k)!r} → {v!r}" for k, v in params.items()
                     if old.get("params", {}).get(k) != v]
@@ -223,20 +269,25 @@ def _main(argv: Sequence[str] | None = None) -> int:
     plan = build_plan(graph, args.parts, args.chunks, args.method, args.objective, args.seed, weights,
                       metis_mode=args.metis_mode, metis_budget=args.metis_budget)
     _progress(f"partitioned in {time.perf_counter() - t0:.2f} s")
+    _progress("computing plan statistics")
+    plan.stats = plan_stats(graph, plan)
     if args.dry_run:
         _progress("dry run: nothing written")
     else:
         plan.save(out, force=args.force)
         _progress(f"wrote {out}")
-    _print(plan.stats or {}, plan.meta(), args.json)
+    _print(plan.stats or {}, plan.meta(), args.json, shape)
     return 0
 
 
-def _print(stats: dict, meta: dict, as_json: bool) -> None:
+def _print(stats: dict, meta: dict, as_json: bool, shape: tuple[str, int, int] | None = None) -> None:
     if as_json:
-        print(json.dumps({"meta": meta, "stats": stats}, indent=2, sort_keys=True))
+        doc = {"meta": meta, "stats": stats}
+        if shape is not None and stats:
+            doc["volume_for_model"] = model_volume(stats, *shape)
+        print(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        print(summary_table(stats, meta))
+        print(summary_table(stats, meta, shape if stats else None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

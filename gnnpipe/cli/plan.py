@@ -6,14 +6,15 @@ Usage::
         [--heads H] [--history-dtype float32|bfloat16] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
-    gnnpipe-plan calibrate [--out FILE] [--quick]      (measure this machine, write a profile)
+    gnnpipe-plan calibrate [--out FILE] [--thorough]   (measure this machine, write ./profiles/cpu-this-machine.toml)
     gnnpipe-plan validate RESULTS [--profile P]        (re-predict a stored `gnnpipe-bench epoch`)
 
 ``DATASET`` is a prepared graph directory or name (Σ M_p then comes from METIS plans of the
 real graph), or one of the names in :data:`PUBLISHED` (Σ M_p estimated from a synthetic
 graph of the same shape, see :func:`gnnpipe.plan.estimate_part_info`). ``--profile`` is a
-shipped profile name (``gnnpipe/profiles/*.toml``) or a TOML path; the default is
-``cpu-this-machine``. Configurations that do not fit a device's memory are listed after the
+profile name, looked up in the user profile directory (``$GNNPIPE_PROFILE_DIR``, default
+``./profiles/``, where ``calibrate`` writes) and then among the shipped ones
+(``gnnpipe/profiles/*.toml``), or a TOML path; the default is ``cpu-this-machine``. Configurations that do not fit a device's memory are listed after the
 others with the reason. The first fitting one is printed as a ``gnnpipe-train`` command.
 """
 
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.cli import ArgumentParser, run_cli
 
 PROG = "gnnpipe-plan"
@@ -42,6 +43,32 @@ PUBLISHED = {
     "flickr": (89250, 899756, 500, 7),
     "ogbn-arxiv": (169343, 2332486, 128, 40),
 }
+
+
+#: Default size of the synthetic sample that stands in for a graph that is not here. METIS
+#: runs once per plan on it (about 30 plans at 64 ranks) and its time grows with the edges:
+#: Reddit's degree (492) at 20,000 nodes is 9.8M edges and took 22 minutes at 64 ranks, at
+#: 2,000 nodes (1M edges) 6 s, with the same ranking. Denser graphs get fewer nodes.
+ESTIMATE_EDGE_BUDGET = 1_000_000
+ESTIMATE_MAX_NODES = 20000
+#: The sample keeps at least this many nodes, and 8 per rank (parts x chunks must fit in it).
+ESTIMATE_MIN_NODES = 1000
+#: Dataset names that ``gnnpipe-train`` generates (``--synth-*``) instead of loading.
+SYNTHETIC = ("sbm", "rmat")
+
+
+def auto_estimate_nodes(num_nodes: int, num_edges: int, world: int) -> int:
+    """Nodes of the synthetic sample for a graph of ``num_nodes`` / ``num_edges`` (directed)
+    planned at ``world`` ranks: at most :data:`ESTIMATE_EDGE_BUDGET` edges at the graph's
+    average degree, between ``max(ESTIMATE_MIN_NODES, 8·world)`` and :data:`ESTIMATE_MAX_NODES`
+    (never more than the graph).
+
+    Returns:
+        the sample's node count.
+    """
+    deg = max(num_edges / max(num_nodes, 1), 1.0)
+    n = min(ESTIMATE_MAX_NODES, int(ESTIMATE_EDGE_BUDGET / deg))
+    return int(min(num_nodes, max(n, ESTIMATE_MIN_NODES, 8 * world)))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,7 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument("--root", type=Path, help="data root for dataset names")
-    ap.add_argument("--estimate-nodes", type=int, default=20000, help="nodes of the synthetic graph for Σ M_p estimates")
+    ap.add_argument("--estimate-nodes", type=int, default=None,
+                    help="nodes of the synthetic sample for Σ M_p estimates of a graph that is not here (default: "
+                         f"as many as keep it under {ESTIMATE_EDGE_BUDGET:,} edges, at most {ESTIMATE_MAX_NODES:,}; "
+                         "larger samples take longer, minutes at 20,000 nodes of Reddit's degree)")
     ap.add_argument("--seed", type=int, default=0, help="METIS / generator seed")
     ap.add_argument("--debug", action="store_true", help="tracebacks and debug logging")
     return ap
@@ -76,15 +106,28 @@ def _ints(flag: str, text: str, lo: int, hi: int) -> list[int]:
     return vals
 
 
+def synth_fields(stats) -> dict:
+    """``gnnpipe-train`` ``synth_*`` fields that generate a graph of these statistics
+    (``--dataset sbm|rmat``): nodes, average degree (directed edges per node), features,
+    classes."""
+    return {"synth_nodes": stats.num_nodes, "synth_degree": round(stats.num_edges / stats.num_nodes, 4),
+            "synth_features": stats.num_features, "synth_classes": stats.num_classes}
+
+
 def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
+    """(:class:`GraphStats`, the dataset name for the command, ``synth_*`` fields or None)."""
     from gnnpipe.plan import GraphStats, chunk_counts, feasible_topologies, graph_stats_from_graph
 
     if args.stats:
         v = _ints("--stats", args.stats, 3, 5)
         if any(x < 0 for x in v) or v[0] < 1 or v[2] < 1:
             raise GnnpipeError(f"--stats: expected positive N and F and non-negative E, got {args.stats!r}")
-        return GraphStats(v[0], v[1], v[2], v[3] if len(v) > 3 else 2, v[4] if len(v) > 4 else None,
-                          name=args.dataset or "graph"), args.dataset or "DATASET"
+        st = GraphStats(v[0], v[1], v[2], v[3] if len(v) > 3 else 2, v[4] if len(v) > 4 else None,
+                        name=args.dataset or "graph")
+        # A built-in synthetic name trains the graph gnnpipe-train generates: the command
+        # must carry the planned sizes, not leave the 20,000-node default.
+        synth = synth_fields(st) if (args.dataset or "").lower() in SYNTHETIC else None
+        return st, args.dataset or "DATASET", synth
     if not args.dataset:
         raise GnnpipeError("give a DATASET (prepared name or directory, or one of "
                            f"{', '.join(PUBLISHED)}) or --stats N,E,F")
@@ -96,7 +139,9 @@ def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
     except GnnpipeError:
         if args.dataset.lower() in PUBLISHED:
             n, e, f, k = PUBLISHED[args.dataset.lower()]
-            return GraphStats(n, e, f, k, name=args.dataset.lower()), args.dataset.lower()
+            return GraphStats(n, e, f, k, name=args.dataset.lower()), args.dataset.lower(), None
+        if args.dataset.lower() in SYNTHETIC:
+            raise GnnpipeError(f"{args.dataset}: a generated graph; give its size with --stats N,E,F[,CLASSES]") from None
         raise
     graph = Graph.load(gdir)
     ways = {args.world} | {d for d in range(2, args.world // 2 + 1) if args.world % d == 0}
@@ -106,15 +151,17 @@ def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
     chunks = chunk_counts(feasible_topologies(args.world, spec, graph.num_nodes, factors)) if spec else {}
     print(f"{PROG}: partitioning {graph.name} with METIS into {sorted(ways)} parts"
           + (f" and chunks {chunks}" if chunks else ""), file=sys.stderr)
-    return graph_stats_from_graph(graph, sorted(ways), seed=args.seed, chunks=chunks), args.dataset
+    return graph_stats_from_graph(graph, sorted(ways), seed=args.seed, chunks=chunks), args.dataset, None
 
 
 def _gb(b: float) -> str:
     return f"{b / 1e9:.2f}"
 
 
-def format_table(preds, stats, spec, profile, dataset: str, top: int = 0) -> str:
-    """The human table: one line per configuration, the rejected ones with their reason."""
+def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth: dict | None = None) -> str:
+    """The human table: one line per configuration, the rejected ones with their reason,
+    and the ``gnnpipe-train`` command of the best that fits (with ``synth`` flags for a
+    generated graph and the profile's device)."""
     from gnnpipe.plan import train_command
 
     lines = [
@@ -140,7 +187,7 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0) -> str
     lines.append("")
     if fitting:
         lines.append("recommended:")
-        lines.append("  " + train_command(fitting[0], dataset, spec))
+        lines.append("  " + train_command(fitting[0], dataset, spec, device=profile.device, synth=synth))
     else:
         lines.append("no configuration fits the profile's memory; use more devices or a smaller model")
     return "\n".join(lines)
@@ -172,12 +219,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
     if args.world < 1:
         raise GnnpipeError(f"--world: expected at least 1 rank, got {args.world}")
-    # Bounds at the edge: the planner's loops grow with the depth, and Σ M_p estimates
-    # divide by the estimate graph's size.
+    # A bound at the edge: the planner's loops grow with the depth.
     if not 1 <= args.layers <= MAX_LAYERS:
         raise GnnpipeError(f"--layers: expected an integer in [1, {MAX_LAYERS}], got {args.layers}")
-    if args.estimate_nodes < 1:
-        raise GnnpipeError(f"--estimate-nodes: expected an integer >= 1, got {args.estimate_nodes}")
     if args.top < 0:
         raise GnnpipeError(f"--top: expected >= 0, got {args.top}")
     factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
@@ -189,10 +233,26 @@ def _main(argv: Sequence[str] | None = None) -> int:
         profile = load_profile(args.profile)
     except UnicodeDecodeError:  # a binary file given as --profile
         raise GnnpipeError(f"--profile {args.profile}: not a text file (TOML must be UTF-8)") from None
-    stats, dataset = _stats(args, spec, factors)
+    stats, dataset, synth = _stats(args, spec, factors)
     t0 = time.perf_counter()
+    est_nodes = args.estimate_nodes
+    if est_nodes is not None and est_nodes < 2:
+        raise GnnpipeError(f"--estimate-nodes: expected at least 2, got {est_nodes}")
+    estimated = not stats.parts and args.world > 1
+    if est_nodes is None:
+        est_nodes = auto_estimate_nodes(stats.num_nodes, stats.num_edges, args.world)
+    if estimated:
+        n_s = min(est_nodes, stats.num_nodes)
+        print(f"{PROG}: no partition of {stats.name} here: Σ M_p and chunk facts are estimated from a {n_s:,}-node R-MAT "
+              f"graph of the same average degree ({stats.num_edges / stats.num_nodes:.1f}), scaled by "
+              f"{stats.num_nodes / n_s:.1f}" + ("" if args.estimate_nodes else "; --estimate-nodes N for a larger, "
+                                                 "slower sample"), file=sys.stderr)
+
+    def progress(line: str) -> None:
+        print(f"{PROG}: [{time.perf_counter() - t0:5.1f} s] {line}", file=sys.stderr, flush=True)
+
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
-                         estimate_nodes=args.estimate_nodes, seed=args.seed)
+                         estimate_nodes=est_nodes, seed=args.seed, progress=progress)
     if not preds:
         raise GnnpipeError(f"--world {args.world}: no feasible configuration for {stats.num_nodes} nodes")
     if args.json:
@@ -205,12 +265,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "profile": profile.name,
             "world": args.world,
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
-            "recommended": train_command(fitting[0], dataset, spec) if fitting else None,
+            "recommended": (train_command(fitting[0], dataset, spec, device=profile.device, synth=synth)
+                            if fitting else None),
+            "estimate_nodes": min(est_nodes, stats.num_nodes) if estimated else None,
             "seconds": time.perf_counter() - t0,
         }
         print(json.dumps(out, indent=1, default=str))
     else:
-        print(format_table(preds, stats, spec, profile, dataset, args.top))
+        print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth))
     return 0
 
 
@@ -448,7 +510,7 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
 
 
 def measure_chunk_path(quick: bool = False) -> dict:
-    """The pipeline's per-chunk history path, as :class:`gnnpipe.parallel.pipeline.PipelineStage`
+    """The pipeline's per-chunk history path, as :class:`gnnpipe.parallel.stage.PipelineStage`
     runs it per aggregating unit: write the chunk's rows into the history, gather the
     out-of-chunk rows (``index_select``), concatenate, and in backward ``index_add_`` their
     gradients. Fits ``time = chunk_overhead_s + bytes / gather_bytes_s`` over sizes, with
@@ -479,7 +541,11 @@ def measure_chunk_path(quick: bool = False) -> dict:
     return {"gather_bytes_s": 1.0 / max(slope, 1e-15), "chunk_overhead_s": max(float(icpt), 0.0)}
 
 
-def _contention_worker(barrier, reps: int, q) -> None:
+def _contention_worker(index: int, phases: Sequence[int], barriers: dict, done, reps: int, rounds: int, q) -> None:
+    """One process of :func:`measure_contention`: for every round and every phase ``k`` of
+    ``phases``, the first ``k`` workers time the same GCNII step together (after a barrier of
+    ``k``) and report their median; every worker then meets at ``done`` so the next phase
+    starts with exactly ``k`` busy processes (the others block, using no CPU)."""
     import statistics
 
     import torch
@@ -497,13 +563,18 @@ def _contention_worker(barrier, reps: int, q) -> None:
         m(blk, x, RunCtx(training=True, epoch=0, seed=0)).sum().backward()
 
     step()
-    barrier.wait()
-    ts = []
-    for _ in range(reps):
-        t0 = time.thread_time()
-        step()
-        ts.append(time.thread_time() - t0)
-    q.put(statistics.median(ts))
+    done.wait()  # every worker imported and warmed up: the 1-process phase runs alone
+    for r in range(rounds):
+        for k in phases:
+            if index < k:
+                barriers[k].wait()
+                ts = []
+                for _ in range(reps):
+                    t0 = time.thread_time()
+                    step()
+                    ts.append(time.thread_time() - t0)
+                q.put((r, k, statistics.median(ts)))
+            done.wait()
 
 
 _BASE_PROBE = """
@@ -553,27 +624,35 @@ def measure_contention(cores: int, quick: bool = False) -> dict:
         cpu(2·cores)/cpu(cores)}`` (each at least 1; medians of 3 interleaved rounds).
     """
     import multiprocessing as mp
+    import statistics
 
     ctx = mp.get_context("spawn")
     reps = 6 if quick else 15
-
-    def run(k: int) -> float:
-        barrier, q = ctx.Barrier(k), ctx.Queue()
-        procs = [ctx.Process(target=_contention_worker, args=(barrier, reps, q)) for _ in range(k)]
-        for pr in procs:
-            pr.start()
-        vals = [q.get(timeout=600) for _ in procs]
-        for pr in procs:
-            pr.join()
-        return max(vals)
-
     # One round's ratios move by 10-30 % between idle-machine runs (turbo, the other
-    # core's housekeeping): the median of interleaved rounds is what the profile keeps.
-    import statistics
-
+    # core's housekeeping): the thorough mode keeps the median of 3 interleaved rounds.
+    n_rounds = 1 if quick else 3
+    # The same 2·cores processes serve every phase: spawning a fresh set per phase paid the
+    # interpreter + torch import (seconds per process) three times per round.
+    phases = (1, cores, 2 * cores)
+    barriers = {k: ctx.Barrier(k) for k in phases}
+    done, q = ctx.Barrier(2 * cores), ctx.Queue()
+    procs = [ctx.Process(target=_contention_worker, args=(i, phases, barriers, done, reps, n_rounds, q))
+             for i in range(2 * cores)]
+    for pr in procs:
+        pr.start()
+    try:
+        got: dict[tuple[int, int], list[float]] = {}
+        for _ in range(n_rounds * sum(phases)):
+            r, k, v = q.get(timeout=600)
+            got.setdefault((r, k), []).append(v)
+    finally:
+        for pr in procs:
+            pr.join(timeout=30)
+            if pr.is_alive():
+                pr.terminate()
     rounds = []
-    for _ in range(1 if quick else 3):
-        t1, tc, t2 = run(1), run(cores), run(2 * cores)
+    for r in range(n_rounds):
+        t1, tc, t2 = (max(got[(r, k)]) for k in phases)
         rounds.append((t1, tc, t2, tc / t1, t2 / tc))
     t1, tc, t2 = (statistics.median(r[i] for r in rounds) for i in range(3))
     return {"alone_s": t1, "shared_slowdown": max(1.0, statistics.median(r[3] for r in rounds)),
@@ -664,28 +743,42 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
 
     import psutil
 
-    from gnnpipe.plan import HardwareProfile, profile_toml, profiles_dir
+    from gnnpipe.plan import PROFILE_DIR_ENV as PROFILE_DIR_ENV_NAME
+    from gnnpipe.plan import HardwareProfile, profile_toml, profiles_dir, user_profiles_dir
 
-    ap = ArgumentParser(prog=f"{PROG} calibrate", description="Measure this machine; write a hardware profile.")
-    ap.add_argument("--out", type=Path, default=None, help="profile file (default gnnpipe/profiles/cpu-this-machine.toml)")
-    ap.add_argument("--quick", action="store_true", help="smaller, faster measurements")
+    ap = ArgumentParser(prog=f"{PROG} calibrate", description=(
+        "Measure this machine; write a hardware profile into the user profile directory "
+        f"(${PROFILE_DIR_ENV_NAME}, default ./profiles/), where the planner finds it before the shipped ones."))
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"profile file (default <${PROFILE_DIR_ENV_NAME} or ./profiles>/cpu-this-machine.toml; "
+                         "never the shipped gnnpipe/profiles/)")
+    ap.add_argument("--thorough", action="store_true",
+                    help="larger problems, more repetitions and 3 contention rounds (several minutes; the default "
+                         "takes under a minute on an idle machine)")
+    ap.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)  # the old name of the default
     ap.add_argument("--no-p2p", action="store_true", help="skip the 2-process Gloo measurement")
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
-    out = args.out or profiles_dir() / "cpu-this-machine.toml"
+    quick = not args.thorough
+    out = args.out or user_profiles_dir() / "cpu-this-machine.toml"
+    # The shipped profiles are tracked, hand-merged files: a measurement never rewrites one.
+    if out.resolve().parent == profiles_dir().resolve():
+        raise GnnpipeError(f"--out {out}: that is a shipped profile; write to {user_profiles_dir()}/ "
+                           f"(or set ${PROFILE_DIR_ENV_NAME}) and pass --profile NAME or the path")
     _check_out_file(out)  # before minutes of measuring, not after
+    t_start = time.perf_counter()
     cores = os.cpu_count() or 1
     load0 = os.getloadavg()[0]
     print(f"{PROG}: measuring GEMM, SpMM, copy bandwidth"
           + ("" if args.no_p2p else ", Gloo point-to-point and collectives") + " with 1 thread per process", file=sys.stderr)
-    m = measure(quick=args.quick, p2p=not args.no_p2p)
+    m = measure(quick=quick, p2p=not args.no_p2p)
     print(f"{PROG}: fitting elementwise rate and per-pass overhead to real units", file=sys.stderr)
-    drop_s = measure_dropout(quick=args.quick)
-    mu = measure_units(m["gemm_flops_s"], m["spmm_edge_width_s"], quick=args.quick, dropout_values_s=drop_s)
+    drop_s = measure_dropout(quick=quick)
+    mu = measure_units(m["gemm_flops_s"], m["spmm_edge_width_s"], quick=quick, dropout_values_s=drop_s)
     print(f"{PROG}: the pipeline's history path; {cores} and {2 * cores} processes sharing the cores", file=sys.stderr)
-    mc = measure_chunk_path(quick=args.quick)
-    mk = measure_contention(cores, quick=args.quick)
-    mcoll = measure_collectives(cores, quick=args.quick) if not args.no_p2p else {}
+    mc = measure_chunk_path(quick=quick)
+    mk = measure_contention(cores, quick=quick)
+    mcoll = measure_collectives(cores, quick=quick) if not args.no_p2p else {}
     total = psutil.virtual_memory().total
     base_mem = measure_base_mem()
     prof = HardwareProfile(
@@ -701,7 +794,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         coll_overhead_s=mcoll.get("coll_overhead_s", 0.0), oversub_wait_s=mcoll.get("oversub_wait_s", 0.0),
         shared_slowdown=mk["shared_slowdown"], oversub_slowdown=mk["oversub_slowdown"], dropout_values_s=drop_s,
         description=f"this machine: {cores} cores shared by every rank (1 thread each), Gloo over loopback",
-        source=f"gnnpipe-plan calibrate{' --quick' if args.quick else ''}, {datetime.date.today().isoformat()}",
+        source=f"gnnpipe-plan calibrate{' --thorough' if args.thorough else ''}, {datetime.date.today().isoformat()}",
     )
     spmm = ", ".join(f"d={w}: {v / 1e9:.2f} G" for w, v in m["spmm_by_width"].items())
     comments = [
@@ -738,7 +831,10 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
     print(text)
-    print(f"{PROG}: wrote {out}", file=sys.stderr)
+    print(f"{PROG}: wrote {out} in {time.perf_counter() - t_start:.0f} s (load {load0:.1f} -> "
+          f"{os.getloadavg()[0]:.1f} on {cores} cores); the planner's --profile cpu-this-machine now reads it"
+          + (f" while the current directory is {Path.cwd()}" if not os.environ.get(PROFILE_DIR_ENV_NAME) and not args.out
+             else ""), file=sys.stderr)
     return 0
 
 
@@ -752,15 +848,20 @@ def validate_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("results", type=Path, help="results/<run>/epoch/results.json or its folder")
     ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path")
     ap.add_argument("--json", action="store_true", help="rows and planner hits as JSON")
+    ap.add_argument("--include-loaded", action="store_true",
+                    help="keep rows measured while the 1-minute load exceeded the cores (left out by default)")
     args = ap.parse_args(argv)
     try:
-        rows, hits, md = repredict(args.results, args.profile)
+        rows, hits, md, left_out = repredict(args.results, args.profile, include_loaded=args.include_loaded)
     except UnicodeDecodeError:
         raise GnnpipeError(f"{args.results} or --profile {args.profile}: not a UTF-8 text file") from None
     if args.json:
-        print(json.dumps({"rows": rows, "planner": hits}, indent=1, default=str))
+        print(json.dumps({"rows": rows, "planner": hits, "left_out_under_load": left_out}, indent=1, default=str))
     else:
         print(md)
+    if left_out:
+        print(f"{PROG} validate: left out {left_out} row(s) measured under load (--include-loaded keeps them)",
+              file=sys.stderr)
     return 0
 
 

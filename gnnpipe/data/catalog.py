@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import gnnpipe
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.fsutil import check_replaceable
 from gnnpipe.data.graph import META_FILE, Graph, read_meta
 from gnnpipe.data.loaders import FORMATS, loader_for

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from gnnpipe import GnnpipeError, __version__
+from gnnpipe._base import GnnpipeError, __version__
 from gnnpipe.fsutil import atomic_directory
 from gnnpipe.fsutil import json_default as _json_default
 
@@ -283,6 +283,97 @@ class Graph:
         """
         indptr, indices = symmetric_csr(src, dst, num_nodes)
         return cls(indptr, indices, features, labels, train_mask, val_mask, test_mask, **kwargs)
+
+    # ------------------------------------------------------------------ PyG and DGL
+    @classmethod
+    def from_pyg(
+        cls,
+        data: Any,
+        *,
+        name: str | None = None,
+        symmetrize: bool = False,
+        clean: bool = False,
+        split: int | None = None,
+        num_classes: int | None = None,
+    ) -> "Graph":
+        """Build a graph from a ``torch_geometric.data.Data``.
+
+        Reads ``edge_index``, ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask`` and
+        ``num_nodes``; the arrays are copied. Sparse ``x`` (torch sparse COO/CSR, or scipy)
+        stays sparse (``scipy.sparse.csr_matrix``); dense ``x`` becomes float32. ``y`` is
+        int class ids [N] (an [N, 1] column is squeezed) or 0/1 multi-label targets [N, C].
+
+        Args:
+            data: a homogeneous ``Data`` (not ``HeteroData``; not ``ToSparseTensor``'s ``adj_t``).
+            name: the graph's name; default ``data.name`` when it is a string, else ``"graph"``.
+            symmetrize: add the reverse of every edge that lacks one (a directed
+                ``edge_index`` is refused otherwise), and drop self-loops and duplicates.
+            clean: drop self-loops and duplicate edges (refused otherwise, with their count).
+            split: the column to use when the masks are 2-D [N, K] (K splits, e.g. the
+                heterophilous datasets' 10); required then, refused for 1-D masks.
+            num_classes: default ``data.num_classes`` when set, else ``max(y) + 1``.
+
+        Raises:
+            GnnpipeError: naming the attribute and the fix, for a directed graph, self-loops or
+                duplicates (without the flags above), missing ``x``/``y``/masks, a wrong dtype
+                or shape, or ``HeteroData``.
+        """
+        from gnnpipe.data import convert
+
+        return convert.from_pyg(cls, data, name=name, symmetrize=symmetrize, clean=clean, split=split,
+                                num_classes=num_classes)
+
+    def to_pyg(self) -> Any:
+        """This graph as a ``torch_geometric.data.Data`` (copies).
+
+        Returns:
+            ``Data`` with ``edge_index`` int64 [2, 2E] (both directions of every edge, sorted
+            by source), ``x`` (a dense float32 tensor [N, F], or a ``torch.sparse_csr`` tensor
+            when the features are sparse: call ``x.to_dense()`` for layers that need dense
+            input), ``y`` (int64 [N] or float32 [N, C]), bool ``train_mask``/``val_mask``/
+            ``test_mask`` [N], ``num_nodes``, ``name`` and ``num_classes``.
+        """
+        from gnnpipe.data import convert
+
+        return convert.to_pyg(self)
+
+    @classmethod
+    def from_dgl(
+        cls,
+        g: Any,
+        *,
+        name: str | None = None,
+        symmetrize: bool = False,
+        clean: bool = False,
+        split: int | None = None,
+        num_classes: int | None = None,
+    ) -> "Graph":
+        """Build a graph from a homogeneous ``dgl.DGLGraph``.
+
+        Reads ``g.edges()`` and ``g.ndata["feat"]``, ``["label"]``, ``["train_mask"]``,
+        ``["val_mask"]``, ``["test_mask"]`` (the names DGL's own datasets use); the same
+        conversions, flags and errors as :meth:`from_pyg`. A multi-graph (parallel edges) is
+        refused unless ``clean`` or ``symmetrize``; a directed one unless ``symmetrize``.
+
+        Args:
+            name: the graph's name (DGL graphs carry none); default ``"graph"``.
+        """
+        from gnnpipe.data import convert
+
+        return convert.from_dgl(cls, g, name=name, symmetrize=symmetrize, clean=clean, split=split,
+                                num_classes=num_classes)
+
+    def to_dgl(self) -> Any:
+        """This graph as a ``dgl.DGLGraph`` (int64 ids, copies).
+
+        Returns:
+            a graph with both directions of every edge, and ``ndata`` ``"feat"`` (dense
+            float32, or a ``torch.sparse_csr`` tensor for sparse features), ``"label"``,
+            ``"train_mask"``, ``"val_mask"``, ``"test_mask"``.
+        """
+        from gnnpipe.data import convert
+
+        return convert.to_dgl(self)
 
     # ------------------------------------------------------------------ disk format
     def save(self, path: str | os.PathLike, force: bool = False, extra_meta: dict | None = None) -> Path:

@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.data.graph import Graph
 
 log = logging.getLogger(__name__)

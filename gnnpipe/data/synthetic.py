@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.data.graph import Graph, drop_sorted_duplicates, symmetric_csr
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import os
 import uuid
 from pathlib import Path
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.data.graph import META_FILE
 
 log = logging.getLogger(__name__)

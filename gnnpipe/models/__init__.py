@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import BACKENDS, FEATURE_FIRST_MODELS, MODELS
 from gnnpipe.models.block import Block, BlockError
 from gnnpipe.models.units import (
     ConvUnit,
@@ -42,9 +43,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MODELS = ("gcn", "sage", "gat", "gcnii", "resgcn+")
-BACKENDS = ("pyg", "dgl")
 
 
 class ModelConfigError(GnnpipeError, ValueError):
@@ -104,6 +102,12 @@ class ModelConfig:
                 f"model config: hidden ({self.hidden}) must be divisible by heads ({self.heads}) for gat"
             )
 
+    @property
+    def num_units(self) -> int:
+        """Units :func:`build_model` makes: one per layer, plus input and output linears for
+        the models that start with one (the pipeline splits the model at unit boundaries)."""
+        return self.layers if self.model in FEATURE_FIRST_MODELS else self.layers + 2
+
 
 class GNN(nn.Module):
     """A model as a flat :class:`nn.ModuleList` of units (``self.units``)."""
@@ -152,7 +156,7 @@ def build_model(cfg: ModelConfig, seed: int) -> GNN:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         units: list[Unit] = []
-        if cfg.model in ("gcn", "sage", "gat"):
+        if cfg.model in FEATURE_FIRST_MODELS:
             for i in range(L):
                 fin = cfg.in_dim if i == 0 else d
                 last = i == L - 1

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 
 
 class BlockError(GnnpipeError, ValueError):

@@ -110,17 +110,3 @@ def build_chunks(indptr: np.ndarray, indices: np.ndarray, chunk_ptr, deg=None,
     keep = range(len(cp) - 1) if only is None else only
     return [build_chunk(indptr, indices, deg, cp[k], cp[k + 1], k, orig) if k in keep
             else chunk_neighbours(indptr, indices, cp[k], cp[k + 1]) for k in range(len(cp) - 1)]
-
-
-def feature_rows(x, ids: np.ndarray | torch.Tensor):
-    """Rows ``ids`` of a dense tensor, or of a scipy / torch sparse CSR matrix, as a tensor."""
-    import scipy.sparse as sp
-
-    from gnnpipe.parallel.graph_parallel import features_to_tensor
-
-    ids = np.asarray(ids, dtype=np.int64)
-    if sp.issparse(x):
-        return features_to_tensor(sp.csr_matrix(x)[ids])
-    if isinstance(x, torch.Tensor):
-        return x.index_select(0, torch.from_numpy(ids))
-    return torch.from_numpy(np.ascontiguousarray(np.asarray(x)[ids], dtype=np.float32))

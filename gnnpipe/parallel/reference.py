@@ -1,6 +1,6 @@
 """One-process reference semantics of GNNPipe's stale pipeline (the tests' oracle).
 
-Written independently of :mod:`gnnpipe.parallel.pipeline` on purpose: no stages, no chunk
+Written independently of :mod:`gnnpipe.parallel.stage` and :mod:`gnnpipe.parallel.runtime` on purpose: no stages, no chunk
 blocks with compacted neighbour lists, no communication. Each chunk aggregates over a block
 whose sources are *all* N nodes; the history of every aggregating unit is a full [N, d]
 matrix; cross-chunk gradients are read off the gradient of that whole matrix. The rules are
@@ -18,6 +18,7 @@ import torch
 
 from gnnpipe.models import RunCtx, loss_fn
 from gnnpipe.models.block import Block
+from gnnpipe.schedule import chunk_order
 
 
 def _rows_block(indptr: np.ndarray, indices: np.ndarray, deg: np.ndarray, lo: int, hi: int,
@@ -53,7 +54,7 @@ class StaleReference:
         chunk_ptr: chunk boundaries.
         orig: original id of each relabelled id (``plan.perm``), which keys dropout masks.
         ways: hybrid ways D (``chunk_ptr`` then holds C chunks per way, way-major).
-        opts: :class:`gnnpipe.parallel.pipeline.StaleOptions`.
+        opts: :class:`gnnpipe.parallel.executor.StaleOptions`.
     """
 
     def __init__(self, model, graph, chunk_ptr, opts, seed: int, lr: float = 0.01, weight_decay: float = 0.0,
@@ -90,8 +91,6 @@ class StaleReference:
         of other ways' slot-``i`` chunks are fresh). In backward, the cross-chunk gradients
         a slot produces become visible from the next slot on.
         """
-        from gnnpipe.parallel.pipeline import chunk_order
-
         o = self.opts
         D = self.ways
         C = self.C // D

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from gnnpipe import GnnpipeError
-from gnnpipe.partition.volume import MODELS
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import MODELS
 
 _FWD_BWD = 3.0
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from gnnpipe import GnnpipeError, __version__
+from gnnpipe._base import GnnpipeError, __version__
 from gnnpipe.fsutil import atomic_directory
 from gnnpipe.fsutil import json_default as _json_default
 from gnnpipe.data.graph import Graph
@@ -317,7 +317,8 @@ class PartitionPlan:
         params: every parameter (parts, chunks, method, objective, seed, vertex_weights,
             gnnpipe_version).
         num_edges: directed edges of that graph.
-        stats: :func:`gnnpipe.partition.stats.plan_stats` output (written to stats.json).
+        stats: :func:`gnnpipe.partition.stats.plan_stats` output, set by the caller (written
+            to stats.json).
     """
 
     num_parts: int
@@ -567,8 +568,6 @@ def build_plan(
     objective: str = "cut",
     seed: int = 0,
     vertex_weights: Any = None,
-    stats: bool = True,
-    model_shape: Any = None,
     metis_mode: str = "auto",
     metis_budget: int | None = None,
 ) -> PartitionPlan:
@@ -582,13 +581,12 @@ def build_plan(
         parts: P, 1 ≤ P ≤ N.
         chunks: C per part, 1 ≤ C ≤ the smallest part.
         method, objective, seed, vertex_weights: as in :func:`partition_nodes`.
-        stats: compute :func:`~gnnpipe.partition.stats.plan_stats` into ``plan.stats``.
-        model_shape: passed to ``plan_stats`` (defaults: 32 layers, d = 100).
         metis_mode, metis_budget: as in :func:`partition_nodes`; the same budget (by
             default the whole graph's CSR bytes) applies to every part's chunking.
 
     Returns:
-        :class:`PartitionPlan`.
+        :class:`PartitionPlan` without statistics (``plan.stats = plan_stats(graph, plan)``
+        from :mod:`gnnpipe.partition.stats` adds them before saving).
     """
     n = graph.num_nodes
     _check_args(n, parts, method, objective, metis_mode, metis_budget)
@@ -645,11 +643,6 @@ def build_plan(
                 **_metis_path(mm, method, P, C)},
         num_edges=graph.num_edges,
     )
-    if stats:
-        from gnnpipe.partition.stats import plan_stats
-
-        log.info("computing plan statistics")
-        plan.stats = plan_stats(graph, plan, model_shape)
     return plan
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.data.graph import Graph
 from gnnpipe.partition import volume
 from gnnpipe.partition.plan import PartitionPlan, gather_rows

@@ -26,13 +26,8 @@ Two graph-parallel formulas live side by side:
 
 from __future__ import annotations
 
-from gnnpipe import GnnpipeError
-
-#: Models whose first graph layer aggregates the raw input features.
-FEATURE_FIRST_MODELS = ("gcn", "sage", "gat")
-#: Models with an input linear layer F→d before the first aggregation.
-INPUT_LINEAR_MODELS = ("gcnii", "resgcn+")
-MODELS = FEATURE_FIRST_MODELS + INPUT_LINEAR_MODELS
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
 FORMULAS = ("ours", "paper")
 
 
@@ -53,7 +48,7 @@ def exchanged_layers(model: str, L: int) -> int:
     """Aggregation layers whose input halo our executor exchanges every epoch.
 
     Args:
-        model: one of :data:`MODELS`.
+        model: one of :data:`gnnpipe.config.MODELS`.
         L: graph (aggregation) layers.
 
     Returns:
@@ -162,7 +157,7 @@ def hybrid_bytes(
     :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways the boundary
     vertices are exchanged at every exchanged aggregation layer (:func:`exchanged_layers`),
     whichever stage runs the layer, **per chunk**: our executor
-    (``gnnpipe.parallel.pipeline.WayLink``) sends, for each local chunk ``k`` of way ``w``,
+    (``gnnpipe.parallel.halo.WayLink``) sends, for each local chunk ``k`` of way ``w``,
     the rows of other ways that chunk ``k`` needs, so a remote vertex needed by several
     chunks of a way travels once per chunk. The halo term is therefore
     ``2·s·d·n_x·Σ_w Σ_k M_{w,k}`` (``sum_m_chunks``, :func:`chunk_halo_sum`), not

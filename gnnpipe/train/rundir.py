@@ -32,8 +32,9 @@ from pathlib import Path
 
 import torch
 
-from gnnpipe import GnnpipeError
+from gnnpipe._base import GnnpipeError
 from gnnpipe.fsutil import describe, is_system_path
+from gnnpipe.train.guards import agree_on_setup
 
 log = logging.getLogger("gnnpipe.rundir")
 
@@ -187,7 +188,7 @@ def _check_contents(out: Path, resuming_here: bool, overwrite: bool) -> None:
 
 
 def _is_run_config(path: Path) -> bool:
-    """Whether ``path`` is a ``config.json`` written by :func:`gnnpipe.train.train`."""
+    """Whether ``path`` is a ``config.json`` written by :func:`gnnpipe.train.loop.train`."""
     try:
         obj = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -224,8 +225,6 @@ def open_run_dir(comm, cfg, resume_run: Path | None) -> tuple[Path, RunLock | No
     Raises:
         SetupError (every rank): rank 0 could not claim the directory; rank 0 reports it.
     """
-    from gnnpipe.train import agree_on_setup
-
     err: GnnpipeError | None = None
     lock = None
     out = None
@@ -332,18 +331,3 @@ def write_json_atomic(path: Path, obj: dict) -> None:
         except OSError:
             pass
         raise GnnpipeError(f"{path}: write failed ({_why(e)})") from None
-
-
-def check_splits(graph, dataset: str) -> None:
-    """Refuse a dataset whose train, validation or test set is empty (loss 0, accuracy 0/0).
-
-    Raises:
-        GnnpipeError: naming the dataset and the empty split(s).
-    """
-    import numpy as np
-
-    empty = [name for name in ("train", "val", "test")
-             if not np.count_nonzero(np.asarray(getattr(graph, f"{name}_mask")))]
-    if empty:
-        raise GnnpipeError(f"dataset {dataset!r}: {' and '.join(empty)} set{'s are' if len(empty) > 1 else ' is'} "
-                           "empty (no node in the mask); training needs all three")

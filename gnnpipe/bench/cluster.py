@@ -1,0 +1,426 @@
+"""``gnnpipe-bench cluster``: training on an emulated multi-host cluster with shaped links.
+
+One job (prints the run directory and the epoch-time summary)::
+
+    gnnpipe-bench cluster --hosts 4 --rate 200mbit [--delay 1ms] [--ranks-per-host 1] \\
+        [--launcher torch|mpi] -- --dataset squirrel --mode pipeline --layers 32 --epochs 6
+
+A sweep over link rates × modes × graphs × models (one cluster per rate, one job per cell)::
+
+    gnnpipe-bench cluster --sweep --rates 25mbit,50mbit,100mbit,200mbit,500mbit,unshaped \\
+        --modes graph,pipeline,hybrid --graphs squirrel,physics,reddit-shaped --models gcn,gcnii
+
+Leftovers of runs that were SIGKILLed: ``gnnpipe-bench cluster --cleanup``.
+
+The cluster is :mod:`gnnpipe.cluster` (needs root; the error says why it cannot be made).
+Outputs go under ``--out`` (default ``results/cluster/``): a job to ``run-<time>-<rate>/``
+(``gnnpipe-train``'s run directory plus ``rank<r>.log`` and ``cell.json``); a sweep to
+``sweep-<time>/``: ``rows.jsonl`` (one row per cell, appended as each finishes, so an
+interrupted sweep keeps what it measured), ``results.csv``/``results.json``/``summary.md``,
+``epoch_vs_rate.png`` and ``runs/<cell>/``.
+
+Per cell: the median epoch time over the epochs after the first, the medians of
+``compute_s``, ``comm_s`` and ``bubble_s`` (``metrics.jsonl``: the maximum over ranks; the
+pipeline's ``comm_s`` includes its receive waits, which are its ``bubble_s``), the bytes of
+one training epoch by category (``bytes_sent``, summed over ranks), and the load average
+(1 min) and core count before and after the cell: the machine is shared, and a cell measured
+under load says so.
+
+Predicted lines need a network term in the cost model (issue 12, part 4), which does not
+exist yet: :func:`plot` takes a ``predict(row, rate_bps)`` hook and draws nothing predicted
+without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from gnnpipe import cluster as CL
+from gnnpipe.bench import common as C
+
+log = logging.getLogger(__name__)
+
+#: name -> gnnpipe-train flags of the graph. ``tiny`` is for tests and smoke runs.
+GRAPHS: dict[str, list[str]] = {
+    "tiny": ["--dataset", "sbm", "--synth-nodes", "600", "--synth-features", "16", "--synth-classes", "4"],
+    "squirrel": ["--dataset", "squirrel"],
+    "physics": ["--dataset", "coauthor_physics"],
+    # Reddit's degree and width at 4,000 nodes, as in the comm benchmark.
+    "reddit-shaped": ["--dataset", "sbm", "--synth-nodes", "4000", "--synth-degree", "492.0",
+                      "--synth-features", "602", "--synth-classes", "41"],
+}
+MODES = ("graph", "pipeline", "hybrid")
+#: One colour per mode on every panel.
+MODE_COLORS = {"graph": "tab:blue", "pipeline": "tab:orange", "hybrid": "tab:green"}
+DEFAULT_RATES = ("25mbit", "50mbit", "100mbit", "200mbit", "500mbit", "unshaped")
+
+#: ``predict(row, rate_bps) -> seconds or None``: the cost model's epoch time for a cell's
+#: configuration at a link rate (``None``: unshaped). The hook for issue 12 part 4.
+PredictFn = Callable[[Mapping[str, Any], "int | None"], "float | None"]
+
+
+# --------------------------------------------------------------------------- pure parts
+def mode_flags(mode: str, world: int) -> list[str]:
+    """``gnnpipe-train`` flags of a mode at ``world`` ranks: G world; P world stages, 4·S
+    chunks; H 2 ways × world/2 stages, 4·S chunks (as the comm and epoch benchmarks).
+
+    Raises:
+        ClusterError: unknown mode, or hybrid on an odd or too small world.
+    """
+    if mode == "graph":
+        return ["--mode", "graph"]
+    if mode == "pipeline":
+        return ["--mode", "pipeline", "--stages", str(world), "--chunks", str(4 * world)]
+    if mode == "hybrid":
+        if world < 4 or world % 2:
+            raise CL.ClusterError(f"hybrid needs an even world of at least 4 ranks (2 ways), got {world}")
+        s = world // 2
+        return ["--mode", "hybrid", "--ways", "2", "--stages", str(s), "--chunks", str(4 * s)]
+    raise CL.ClusterError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+
+
+def epoch_summary(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Medians of a run's per-epoch records, the first epoch left out when there are more.
+
+    Args:
+        metrics: ``metrics.jsonl``'s records.
+
+    Returns:
+        ``epoch_s``, ``compute_s``, ``comm_s``, ``bubble_s`` (medians), ``epochs`` (records
+        used) and ``bytes`` (the last epoch's ``bytes_sent`` by category, summed over ranks;
+        every training epoch sends the same) with ``bytes_total``.
+
+    Raises:
+        ClusterError: no records.
+    """
+    if not metrics:
+        raise CL.ClusterError("the run wrote no epochs to metrics.jsonl")
+    eps = list(metrics[1:]) if len(metrics) > 1 else list(metrics)
+    med = {k: statistics.median(float(e.get(k, 0.0)) for e in eps)
+           for k in ("epoch_time_s", "compute_s", "comm_s", "bubble_s")}
+    b = {k: int(v) for k, v in metrics[-1].get("bytes_sent", {}).items()}
+    return {"epoch_s": med["epoch_time_s"], "compute_s": med["compute_s"], "comm_s": med["comm_s"],
+            "bubble_s": med["bubble_s"], "epochs": len(eps), "bytes": b,
+            "bytes_train": sum(C.measured_bytes({"bytes_sent": b}).values())}
+
+
+def sweep_cells(rates: Sequence[str], modes: Sequence[str], graphs: Sequence[str],
+                models: Sequence[str]) -> list[dict[str, Any]]:
+    """Every (rate, graph, model, mode) cell, rates outermost (one cluster per rate).
+
+    Raises:
+        ClusterError: an unknown graph or mode, or a bad rate.
+    """
+    for g in graphs:
+        if g not in GRAPHS:
+            raise CL.ClusterError(f"graph must be one of {', '.join(GRAPHS)}, got {g!r}")
+    for m in modes:
+        if m not in MODES:
+            raise CL.ClusterError(f"mode must be one of {', '.join(MODES)}, got {m!r}")
+    return [{"rate": CL.rate_text(CL.parse_rate(r)), "rate_bps": CL.parse_rate(r), "graph": g, "model": mo, "mode": m}
+            for r in rates for g in graphs for mo in models for m in modes]
+
+
+def crossovers(points: Mapping[str, Sequence[tuple[float, float]]], a: str = "graph", b: str = "pipeline") -> list[float]:
+    """x positions where ``a``'s and ``b``'s measured times change order (log-x midpoint).
+
+    Args:
+        points: mode -> [(x, epoch seconds)] sorted by x.
+    """
+    pa, pb = dict(points.get(a, [])), dict(points.get(b, []))
+    xs = sorted(set(pa) & set(pb))
+    out = []
+    for x0, x1 in zip(xs, xs[1:]):
+        if (pa[x0] - pb[x0]) * (pa[x1] - pb[x1]) < 0:
+            out.append((x0 * x1) ** 0.5)
+    return out
+
+
+# --------------------------------------------------------------------------- running
+def machine_load() -> dict[str, float]:
+    """The 1-minute load average and the core count (the machine is shared)."""
+    return {"load1": os.getloadavg()[0], "cores": os.cpu_count() or 1}
+
+
+def train_argv(args: Sequence[str], out: Path, launcher: str) -> list[str]:
+    """The command every rank runs: ``python -m gnnpipe.train ARGS --out OUT --no-progress``,
+    with ``--comm`` matching the launcher unless ``args`` names one."""
+    argv = [sys.executable, "-m", "gnnpipe.train", *args]
+    if "--comm" not in args:
+        argv += ["--comm", "mpi" if launcher == "mpi" else "torch"]
+    return argv + ["--out", str(out), "--no-progress"]
+
+
+def run_job(spec: CL.ClusterSpec, args: Sequence[str], out: Path, launcher: str = "torch",
+            timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Build the cluster, run ``gnnpipe-train ARGS`` on every rank, tear it down.
+
+    Args:
+        spec: hosts, rate, delay, ranks per host.
+        args: ``gnnpipe-train`` flags (``--out``, ``--no-progress`` and ``--comm`` are added).
+        out: the run directory (rank logs beside gnnpipe-train's outputs).
+        launcher: ``"torch"`` (torch.distributed environment under ``ip netns exec``) or
+            ``"mpi"`` (hydra across the namespaces).
+        timeout_s: the whole job's limit.
+
+    Returns:
+        the cell: spec fields, ``out``, load before/after and :func:`epoch_summary`'s fields.
+
+    Raises:
+        ClusterError: no cluster here, a rank failed (with the log tails), or the time ran out.
+    """
+    why = CL.unavailable()
+    if why is not None:
+        raise CL.ClusterError(f"the emulated cluster needs root and iproute2: {why}")
+    if launcher not in ("torch", "mpi"):
+        raise CL.ClusterError(f"launcher must be 'torch' or 'mpi', got {launcher!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    before = machine_load()
+    t0 = time.monotonic()
+    with CL.Cluster(spec) as c:
+        argv = train_argv(args, out, launcher)
+        if launcher == "torch":
+            procs = c.launch(argv, out)
+        else:
+            with open(out / "mpirun.log", "wb") as f:
+                procs = [subprocess.Popen(c.mpirun_argv(argv), stdout=f, stderr=subprocess.STDOUT,
+                                          start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))]
+            c.procs.extend(procs)
+        codes = _wait(procs, timeout_s)
+        if codes != [0] * len(procs):
+            tails = "\n".join(f"--- {f.name} ---\n{f.read_text(errors='replace')[-1500:]}"
+                              for f in sorted(out.glob("*.log")))
+            what = "timed out" if None in codes else f"exit codes {codes}"
+            raise CL.ClusterError(f"training on the cluster failed ({what}); logs in {out}\n{tails}")
+    wall = time.monotonic() - t0
+    row = {"hosts": spec.hosts, "ranks_per_host": spec.ranks_per_host, "world": spec.world,
+           "rate": CL.rate_text(spec.rate_bps), "rate_bps": spec.rate_bps, "delay_ms": spec.delay_ms,
+           "launcher": launcher, "args": list(args), "out": str(out), "wall_s": wall,
+           "load1_before": before["load1"], "cores": before["cores"], "load1_after": machine_load()["load1"],
+           **epoch_summary(C.read_metrics(out))}
+    (out / "cell.json").write_text(json.dumps(row, indent=1) + "\n")
+    return row
+
+
+def _wait(procs: Sequence, timeout_s: float, grace_s: float = 30.0) -> list[int | None]:
+    """Exit codes once all exit; after one fails the rest get ``grace_s`` (they time out on it)."""
+    deadline = time.monotonic() + timeout_s
+    failed_at = None
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p in procs]
+        if None not in codes:
+            return codes
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > grace_s:
+            break
+        time.sleep(0.1)
+    return [p.poll() for p in procs]
+
+
+def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] = MODES,
+          graphs: Sequence[str] = ("squirrel", "physics", "reddit-shaped"), models: Sequence[str] = ("gcn", "gcnii"),
+          hosts: int = 4, ranks_per_host: int = 1, delay: str | None = None, layers: int = 32, hidden: int = 100,
+          epochs: int = 6, extra: Sequence[str] = (), launcher: str = "torch", timeout_s: float = 3600.0,
+          predict: PredictFn | None = None) -> tuple[list[dict], Path]:
+    """Run every cell; write ``out/sweep-<time>/`` (see the module docstring).
+
+    A cell that fails is recorded with its ``error`` and the sweep goes on.
+
+    Args:
+        out: the results root of this benchmark (``results/cluster``).
+        rates, modes, graphs, models: the grid (graphs: keys of :data:`GRAPHS`).
+        hosts, ranks_per_host, delay: the cluster of every cell.
+        layers, hidden, epochs: the model and run length of every cell.
+        extra: more ``gnnpipe-train`` flags for every cell.
+        launcher: ``"torch"`` or ``"mpi"``.
+        timeout_s: limit per cell.
+        predict: the cost model's epoch time per cell (see :data:`PredictFn`).
+
+    Returns:
+        (rows, the sweep's directory).
+    """
+    cells = sweep_cells(rates, modes, graphs, models)
+    world = hosts * ranks_per_host
+    for m in modes:
+        mode_flags(m, world)  # fail before the first cell, not in the middle
+    d = Path(out) / time.strftime("sweep-%Y%m%d-%H%M%S")
+    d.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for cell in cells:
+        name = f"{cell['graph']}-{cell['model']}{layers}-{cell['mode']}-{cell['rate']}"
+        args = [*GRAPHS[cell["graph"]], "--model", cell["model"], "--layers", str(layers), "--hidden", str(hidden),
+                "--epochs", str(epochs), "--eval-every", "1000000", "--seed", "0", *mode_flags(cell["mode"], world),
+                *extra]
+        spec = CL.ClusterSpec(hosts, cell["rate_bps"], CL.parse_delay(delay), ranks_per_host)
+        try:
+            row = {**cell, "layers": layers, "hidden": hidden,
+                   **run_job(spec, args, d / "runs" / name, launcher, timeout_s)}
+        except CL.ClusterError as e:
+            row = {**cell, "layers": layers, "hidden": hidden, "error": str(e)[:2000], **machine_load()}
+            log.warning("cell %s failed: %s", name, str(e).splitlines()[0])
+        row["cell"] = name
+        rows.append(row)
+        with open(d / "rows.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+    md = summarize(rows)
+    C.write_results(d, rows, md, {"hosts": hosts, "ranks_per_host": ranks_per_host, "delay": delay,
+                                  "epochs": epochs, "launcher": launcher})
+    plot(rows, d / "epoch_vs_rate.png", predict=predict)
+    return rows, d
+
+
+def summarize(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A markdown table: one line per cell (epoch time, breakdown, MiB per epoch, load)."""
+    table = []
+    for r in rows:
+        if "error" in r:
+            table.append([r.get("graph", "–"), r.get("model", "–"), r.get("mode", "–"), r["rate"], "failed",
+                          "", "", "", "", ""])
+            continue
+        table.append([r.get("graph", "–"), r.get("model", "–"), r.get("mode", "–"), r["rate"], f"{r['epoch_s']:.3f}",
+                      f"{r['compute_s']:.3f}", f"{r['comm_s']:.3f}", f"{r['bubble_s']:.3f}",
+                      f"{r['bytes_train'] / 2**20:.2f}", f"{r['load1_before']:.1f}→{r['load1_after']:.1f}/{r['cores']}"])
+    return C.md_table(["graph", "model", "mode", "link", "epoch s", "compute s", "comm s", "bubble s",
+                       "MiB/epoch", "load/cores"], table)
+
+
+def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | None = None) -> Path:
+    """Epoch time against link rate, one panel per (graph, model), one colour per mode.
+
+    Measured cells are dots joined by a thin line; ``predict`` (when given) adds a dashed
+    line per mode. The unshaped cells sit at the right, one step past the fastest rate,
+    labelled ``unshaped``. A dotted vertical line marks where graph and pipeline change order.
+
+    Returns:
+        the PNG's path.
+    """
+    plt = C.pyplot()
+    ok = [r for r in rows if "error" not in r]
+    panels = list(dict.fromkeys((r["graph"], r["model"]) for r in ok)) or [("none", "")]
+    shaped = sorted({r["rate_bps"] for r in ok if r["rate_bps"]}) or [10**8]
+    x_unshaped = shaped[-1] * 4  # a slot to the right of the fastest shaped rate
+
+    def x_of(bps):
+        return (bps if bps else x_unshaped) / 1e6
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, (g, m) in zip(axes[0], panels):
+        pts: dict[str, list[tuple[float, float]]] = {}
+        for mode in MODES:
+            rs = sorted((r for r in ok if (r["graph"], r["model"], r["mode"]) == (g, m, mode)),
+                        key=lambda r: x_of(r["rate_bps"]))
+            if not rs:
+                continue
+            xy = [(x_of(r["rate_bps"]), r["epoch_s"]) for r in rs]
+            pts[mode] = xy
+            ax.plot(*zip(*xy), "o-", color=MODE_COLORS[mode], lw=0.8, ms=4, label=f"{mode} measured")
+            if predict is not None:
+                pr = [(x_of(r["rate_bps"]), predict(r, r["rate_bps"])) for r in rs]
+                pr = [(x, y) for x, y in pr if y is not None]
+                if pr:
+                    ax.plot(*zip(*pr), "--", color=MODE_COLORS[mode], lw=1.2, label=f"{mode} predicted")
+        for x in crossovers(pts):
+            ax.axvline(x, color="grey", ls=":", lw=1)
+        ax.set_xscale("log")
+        ticks = [x_of(b) for b in shaped] + [x_unshaped / 1e6]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{b / 1e6:g}" for b in shaped] + ["unshaped"], fontsize=7)
+        ax.minorticks_off()
+        ax.set_title(f"{g} {m}", fontsize=9)
+        ax.set_xlabel("link rate per host (Mbit/s)")
+        ax.set_ylabel("epoch time (s)")
+        ax.set_ylim(bottom=0)
+    axes[0][0].legend(fontsize=7)
+    return C.save_fig(fig, path)
+
+
+# --------------------------------------------------------------------------- CLI
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gnnpipe-bench cluster", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--hosts", type=int, default=4, help="emulated hosts (default 4)")
+    ap.add_argument("--ranks-per-host", type=int, default=1, help="ranks on each host (default 1)")
+    ap.add_argument("--rate", default="unshaped", help="link rate per host, both directions, e.g. 200mbit (default unshaped)")
+    ap.add_argument("--delay", default=None, help="one-way delay on each host's link, e.g. 1ms (needs sch_netem)")
+    ap.add_argument("--launcher", choices=("torch", "mpi"), default="torch",
+                    help="torch.distributed environment under ip netns exec (default), or MPICH hydra's mpirun")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="run directory of one job (default results/cluster/run-<time>-<rate>); results root of a sweep "
+                         "(default results/cluster)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per job (default 3600)")
+    ap.add_argument("--sweep", action="store_true", help="run the grid of --rates x --modes x --graphs x --models")
+    ap.add_argument("--rates", default=",".join(DEFAULT_RATES), help="sweep: link rates, comma-separated")
+    ap.add_argument("--modes", default=",".join(MODES), help="sweep: modes, comma-separated")
+    ap.add_argument("--graphs", default="squirrel,physics,reddit-shaped", help=f"sweep: graphs ({', '.join(GRAPHS)})")
+    ap.add_argument("--models", default="gcn,gcnii", help="sweep: models, comma-separated")
+    ap.add_argument("--layers", type=int, default=32, help="sweep: layers (default 32)")
+    ap.add_argument("--hidden", type=int, default=100, help="sweep: hidden width (default 100)")
+    ap.add_argument("--epochs", type=int, default=6, help="sweep: epochs per cell, the first not counted (default 6)")
+    ap.add_argument("--cleanup", action="store_true",
+                    help="remove leftover namespaces of dead runs (with --all: of every run) and exit")
+    ap.add_argument("--all", action="store_true", help="--cleanup: also clusters of processes still running")
+    ap.add_argument("--plot", type=Path, default=None, help="redraw a sweep's plot from its rows.jsonl and exit")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``gnnpipe-bench cluster ...``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    train_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, train_args = argv[:i], argv[i + 1:]
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args, train_args)
+    except CL.ClusterError as e:
+        print(f"gnnpipe-bench cluster: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _split(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def _main(args: argparse.Namespace, train_args: list[str]) -> int:
+    if args.cleanup:
+        gone = CL.cleanup(only_dead=not args.all)
+        print(f"removed {len(gone)} namespaces" + (f": {', '.join(gone)}" if gone else ""))
+        return 0
+    if args.plot is not None:
+        rows = [json.loads(line) for line in args.plot.read_text().splitlines() if line.strip()]
+        print(plot(rows, args.plot.parent / "epoch_vs_rate.png"))
+        return 0
+    if args.sweep:
+        rows, d = sweep(args.out or Path("results/cluster"), _split(args.rates), _split(args.modes),
+                        _split(args.graphs), _split(args.models), hosts=args.hosts, ranks_per_host=args.ranks_per_host,
+                        delay=args.delay, layers=args.layers, hidden=args.hidden, epochs=args.epochs,
+                        extra=train_args, launcher=args.launcher, timeout_s=args.timeout)
+        print(summarize(rows))
+        print(f"\n(results in {d}/)")
+        return 0 if all("error" not in r for r in rows) else 1
+    if not train_args:
+        raise CL.ClusterError("no gnnpipe-train arguments: put them after '--', e.g. "
+                              "gnnpipe-bench cluster --hosts 4 --rate 200mbit -- --config tiny --mode graph")
+    spec = CL.ClusterSpec(args.hosts, CL.parse_rate(args.rate), CL.parse_delay(args.delay), args.ranks_per_host)
+    out = args.out or Path("results/cluster") / time.strftime(f"run-%Y%m%d-%H%M%S-{CL.rate_text(spec.rate_bps)}")
+    r = run_job(spec, train_args, out, args.launcher, args.timeout)
+    print(C.md_table(["hosts x ranks", "link", "epoch s (median)", "compute s", "comm s", "bubble s", "MiB/epoch",
+                      "load/cores"],
+                     [[f"{r['hosts']}x{r['ranks_per_host']}", r["rate"], f"{r['epoch_s']:.3f}", f"{r['compute_s']:.3f}",
+                       f"{r['comm_s']:.3f}", f"{r['bubble_s']:.3f}", f"{r['bytes_train'] / 2**20:.2f}",
+                       f"{r['load1_before']:.1f}→{r['load1_after']:.1f}/{r['cores']}"]]))
+    print(f"\n(run directory {out}/)")
+    return 0

@@ -1,0 +1,153 @@
+"""``gnnpipe-train``: parse, launch-aware set-up, run the trainer, print one line.
+
+Launch it any way you like; every rank runs the same command::
+
+    mpirun -np 4 gnnpipe-train                       # the README's main job (pipeline GCNII)
+    mpirun -np 4 gnnpipe-train --mode graph --dataset cora --model gcn --layers 2
+    torchrun --nproc-per-node 4 -m gnnpipe.train --mode graph ...
+    gnnpipe-train --mode graph ...                   # one process
+
+What a run writes and how checkpoints and resume work: :mod:`gnnpipe.train`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.checkpoint import CheckpointWriteError, find_checkpoint, read_commit
+from gnnpipe.cli import quiet_known_warnings
+from gnnpipe.comm import detect_launch, exit_process, init_communicator, threads_per_rank
+from gnnpipe.config import TrainConfig, build_parser, load_toml, parse_config
+from gnnpipe.train.guards import NonFiniteLossError, SetupError
+from gnnpipe.train.loop import train
+from gnnpipe.train.rundir import MetricsWriteError, open_run_dir
+
+log = logging.getLogger("gnnpipe.train")
+
+
+def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfig, Path]:
+    """``--resume``: settings given neither as flags nor in ``--config`` come from the checkpoint.
+
+    So ``gnnpipe-train --resume runs/X`` continues run X as it was, and ``--resume runs/X
+    --epochs 500`` extends it. Settings that change the math may still be given; the
+    trainer then refuses the checkpoint, naming them.
+
+    Returns:
+        ``(config, run directory)``: the run directory is where the checkpoint lives
+        (``--out`` defaults to it, so the run continues in place).
+    """
+    where = find_checkpoint(cfg.resume)
+    saved = read_commit(where).get("config") or {}
+    known = {f.name for f in fields(TrainConfig)}
+    # --overwrite is never inherited: it deletes, so it must be asked for each time.
+    values = {k: v for k, v in saved.items() if k in known and k not in ("resume", "out", "overwrite")}
+    ns = build_parser().parse_args(list(argv))
+    if ns.config:
+        values.update(load_toml(ns.config))
+    for name in known:
+        if getattr(ns, name) is not None:
+            values[name] = getattr(ns, name)
+    try:
+        return TrainConfig(**values), where.parent.parent
+    except TypeError as e:
+        raise GnnpipeError(f"{where}/COMMIT.json config: {e}") from None
+
+
+def _check_device(device: str) -> None:
+    """Refuse ``--device cuda`` where torch has no CUDA device (before any rank uses it)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        built = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
+        raise GnnpipeError(f"config field 'device' = 'cuda': no CUDA device available (torch {torch.__version__}, "
+                           f"{built}); use --device cpu")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``gnnpipe-train``: see the module docstring."""
+    quiet_known_warnings()
+    args = list(sys.argv[1:] if argv is None else argv)
+    launch = detect_launch()
+    rank0 = launch.rank == 0
+    debug = "--debug" in args or os.environ.get("GNNPIPE_DEBUG") == "1"
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format=f"[rank {launch.rank}] %(levelname)s %(name)s: %(message)s",
+    )
+    if not rank0 and not debug:
+        logging.getLogger().setLevel(logging.WARNING)
+    comm = None
+    run_lock = None
+    ok = False
+    try:
+        if rank0:
+            cfg, _ = parse_config(args)
+        else:  # usage errors and --help: rank 0 alone speaks
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                cfg, _ = parse_config(args)
+        resume_run = None
+        if cfg.resume:
+            try:
+                cfg, resume_run = config_for_resume(args, cfg)
+            except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
+                raise SetupError(str(e)) from e
+        _check_device(cfg.device)
+        torch.set_num_threads(cfg.threads or threads_per_rank(launch))
+        kind = cfg.comm
+        if kind == "auto":
+            kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
+        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
+        # Rank 0 names, checks and locks the run directory; every rank gets its name.
+        out, run_lock = open_run_dir(comm, cfg, resume_run)
+        if rank0:
+            log.info("world %d (%s, %s communicator), mode %s, model %s-%d d=%d, dataset %s -> %s",
+                     comm.world_size, launch.launcher, kind, cfg.mode, cfg.model, cfg.layers,
+                     cfg.hidden, cfg.dataset, out)
+        summary = train(cfg, comm, out=out, show_progress=cfg.progress)
+        if rank0:
+            print(
+                f"done: {summary['epochs']} epochs, final loss {summary['final_loss']:.4f}, "
+                f"best val acc {summary['best_val_acc']:.4f} at epoch {summary['best_epoch']}, "
+                f"test acc there {summary['test_acc_at_best_val']:.4f}, "
+                f"mean epoch {summary['mean_epoch_time_s']:.3f} s; metrics in {out}/metrics.jsonl"
+            )
+        ok = True
+        return 0
+    except GnnpipeError as e:
+        if debug:
+            raise
+        if rank0:
+            print(f"gnnpipe-train: error: {e}", file=sys.stderr)
+        elif comm is not None and not isinstance(e, (SetupError, NonFiniteLossError, CheckpointWriteError, MetricsWriteError)):  # this rank's own failures (timeouts, dead peers)
+            print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gnnpipe-train [rank {launch.rank}]: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if run_lock is not None:
+            run_lock.release()
+        # Close only after success: tearing down a process group whose peer died (or that
+        # Ctrl-C interrupted mid-operation) can abort the process (exit -6) instead of
+        # leaving with our error code; after a failure the rank exits without teardown.
+        if comm is not None and (ok or comm.world_size == 1):  # no peer to lose in one process
+            try:
+                comm.close()
+            except Exception:
+                pass
+
+
+def entry() -> None:
+    """Console-script entry: exits without Python's teardown (see ``comm.exit_process``)."""
+    # Deep residual stacks drift into denormals, which are ~10x slower on CPUs. Process-wide
+    # state, so only the console entry sets it (in-process callers such as tests keep theirs).
+    torch.set_flush_denormal(True)
+    exit_process(main())

@@ -1,0 +1,177 @@
+"""Build this rank's executor from the parallel layout, a model config and a partition plan.
+
+The caller (the trainer, or a user's script) resolves the layout
+(:class:`gnnpipe.dims.ParallelDims`) and the plan itself; this module only turns them into
+an :class:`gnnpipe.parallel.executor.Executor`:
+
+* graph mode: this rank's part with its halo (:class:`GraphParallelExecutor`);
+* pipeline and hybrid: this rank's block of units, chosen by the layer cost model, over
+  its way's chunks (:class:`PipelineExecutor` around a :class:`PipelineStage`), with the
+  cross-way link in hybrid mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from functools import partial
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.dims import ParallelDims
+from gnnpipe.models import ModelConfig, build_model
+from gnnpipe.parallel.chunks import build_chunks
+from gnnpipe.parallel.executor import Executor, StaleOptions
+from gnnpipe.parallel.features import gather_feature_rows
+from gnnpipe.parallel.graph import GraphParallelExecutor
+from gnnpipe.parallel.groups import build_groups
+from gnnpipe.parallel.halo import build_way_link
+from gnnpipe.parallel.runtime import PipelineExecutor
+from gnnpipe.parallel.stage import LocalHistory, PipelineStage, carry_keys_after
+from gnnpipe.partition import assign_layers, layer_costs, load_local_part, relabel_graph
+
+log = logging.getLogger(__name__)
+
+#: ``params -> optimizer``; each rank builds one over the parameters it owns.
+OptimizerFactory = Callable[[list], torch.optim.Optimizer]
+
+
+def adam(lr: float, weight_decay: float = 0.0) -> OptimizerFactory:
+    """The trainer's optimizer: Adam with these settings."""
+    return partial(torch.optim.Adam, lr=lr, weight_decay=weight_decay)
+
+
+def check_layout(dims: ParallelDims, mcfg: ModelConfig) -> None:
+    """Refuse a layout the model cannot fill (before any partitioning work is done).
+
+    Raises:
+        GnnpipeError: fewer layer units than pipeline stages.
+    """
+    if dims.pipelined and mcfg.num_units < dims.stages:
+        raise GnnpipeError(
+            f"{mcfg.model} with --layers {mcfg.layers} has {mcfg.num_units} layer units, fewer than "
+            f"{dims.stages} stages; use fewer stages or --mode hybrid (ways x stages)"
+        )
+
+
+def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opts: StaleOptions, *,
+                   seed: int, optimizer: OptimizerFactory, history_dtype: str = "float32",
+                   device: str = "cpu") -> Executor:
+    """This rank's executor.
+
+    Args:
+        comm: the world communicator (``comm.world_size == dims.world``).
+        graph: the loaded :class:`gnnpipe.data.Graph` (original node ids).
+        plan: a :class:`gnnpipe.partition.PartitionPlan` with ``dims.parts`` parts (and
+            ``dims.chunks`` chunks per part when pipelined).
+        dims: the resolved layout.
+        mcfg: the model; every rank builds it from ``seed`` (identical initial weights).
+        opts: staleness options (pipeline and hybrid).
+        optimizer: builds this rank's optimizer over the parameters it owns.
+        history_dtype: storage dtype name of the pipeline's history buffers.
+        device: where graph mode puts the features.
+
+    Raises:
+        GnnpipeError: the layout does not fit the world, the plan or the model.
+    """
+    if dims.world != comm.world_size:
+        raise GnnpipeError(f"{dims.label()} needs {dims.world} ranks, the world has {comm.world_size}")
+    if plan.num_parts != dims.parts:
+        raise GnnpipeError(f"internal: a plan of {plan.num_parts} parts for {dims.label()}")
+    check_layout(dims, mcfg)
+    num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
+    if dims.mode == "graph":
+        return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device)
+    return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype)
+
+
+def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device) -> GraphParallelExecutor:
+    local = load_local_part(graph, plan, comm.rank)
+    halo_rows = plan.perm[np.asarray(local.halo.recv_ids, dtype=np.int64)]
+    halo_x = gather_feature_rows(graph.features, halo_rows)
+    model = build_model(mcfg, seed=seed)
+    opt = optimizer(list(model.parameters()))
+    return GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=seed,
+                                 multilabel=graph.multilabel, device=device)
+
+
+def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype) -> PipelineExecutor:
+    """Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's
+    parts) of ``S`` stages, ``rank = way·S + stage``."""
+    D, S, C = dims.ways, dims.stages, dims.chunks
+    way, s_idx = dims.coords(comm.rank)
+    model = build_model(mcfg, seed=seed)
+    units = list(model.units)
+    if len(units) != mcfg.num_units:
+        raise GnnpipeError(f"internal: {mcfg.model} built {len(units)} units, expected {mcfg.num_units}")
+    nnz = graph.features.nnz if graph.sparse_features else None
+    costs = layer_costs(mcfg.model, mcfg.layers, graph.num_features, mcfg.hidden, graph.num_nodes,
+                        graph.num_edges, graph.num_classes, sparse_nnz=nnz)
+    if len(costs) != len(units):
+        raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
+    a, b = assign_layers(costs, S)[s_idx]
+    # Only the first stage reads features, and gathers them itself below: relabelling gets a
+    # zero-width placeholder instead of building an [N, F] copy on every rank (the loaded,
+    # memory-mapped features stay unread elsewhere).
+    graph.content_hash  # noqa: B018  (cached, so the placeholder graph carries the dataset's)
+    features = graph.features
+    rg = relabel_graph(dataclasses.replace(graph, features=np.empty((graph.num_nodes, 0), np.float32),
+                                           validate=False), plan)
+    deg = rg.degrees().astype(np.float32)
+    chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm,
+                              only=range(way * C, (way + 1) * C))
+    chunks = chunks_all[way * C : (way + 1) * C]
+    pipe, cross = build_groups(comm, dims)
+    # the stage's neighbour rows: its own history, or the other ways' through the link
+    source = build_way_link(cross, plan, chunks_all, way, C, opts.exact) if D > 1 else LocalHistory(chunks)
+    is_last = s_idx == S - 1
+    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
+    out_keys = carry_keys_after(units, b) if not is_last else ()
+    in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
+    x, x_rows = first_stage_features(features, plan, chunks, whole=D == 1) if a == 0 else (None, None)
+    stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
+                          rg.labels, None, masks, num_train, is_last, opts, seed,
+                          multilabel=graph.multilabel, carry_out_keys=out_keys, source=source,
+                          hist_dtype=getattr(torch, history_dtype), x_rows=x_rows)
+    params = [p for u in units[a:b] for p in u.parameters()]
+    opt = optimizer(params) if params else _NoOpt()
+    ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, seed,
+                          cross=cross, world=comm, dims=dims)
+    log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
+             way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
+    return ex
+
+
+def first_stage_features(features, plan, chunks: list, whole: bool) -> tuple:
+    """The feature rows a first stage reads, gathered from the dataset's (original-id) rows.
+
+    Args:
+        features: the dataset's [N, F] features (dense, memory-mapped or scipy CSR).
+        plan: the partition plan (``plan.perm[new] = old``).
+        chunks: this way's chunks (relabelled ids).
+        whole: one way: every row; otherwise (a hybrid way) only its part's rows and its
+            chunks' neighbours'.
+
+    Returns:
+        ``(x, x_rows)``: the rows in relabelled-id order (float32 ndarray or scipy CSR) and
+        their sorted relabelled ids (None when ``whole``).
+    """
+    perm = np.asarray(plan.perm, dtype=np.int64)
+    x_rows = None
+    if not whole:
+        x_rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi, dtype=np.int64)]
+                                          + [ch.nbr_ids.numpy() for ch in chunks]))
+    src = perm if x_rows is None else perm[x_rows]
+    x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
+    return x, x_rows
+
+
+class _NoOpt:
+    """The optimizer of a stage that owns no parameters."""
+
+    def step(self) -> None:
+        pass

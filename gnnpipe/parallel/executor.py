@@ -1,0 +1,146 @@
+"""What every executor offers the trainer, and what the executors share.
+
+An executor runs this rank's share of one parallel mode (graph, pipeline, hybrid) for one
+epoch at a time. The trainer sees only :class:`Executor`: ``train_epoch`` returns one
+:class:`EpochResult` (this rank's sums; the trainer reduces them over ranks), ``evaluate``
+the exact full-graph accuracies (already reduced), and ``state_dict``/``load_state_dict``
+what a checkpoint holds. ``output_hook`` is how the trainer watches the embeddings an
+executor produces in training (for example for non-finite values) without reaching into it.
+
+The pieces both executors need live here once: the weight-gradient all-reduce, the
+per-split accuracy counts and their reduction, and the staleness options.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from gnnpipe.dims import ParallelDims
+from gnnpipe.models import accuracy_counts
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class EpochResult:
+    """What one training epoch produced on this rank (sums; the trainer reduces them).
+
+    Attributes:
+        loss: this rank's share of the loss (the shares add up to the epoch's loss).
+        train_correct, train_total: training-accuracy counts of the rows this rank scored.
+        compute_s: wall time minus time spent waiting on the communicator.
+        comm_s: time spent waiting on the communicator.
+        bubble_s: pipeline stages: time spent waiting for a neighbour stage (0 in graph mode).
+    """
+
+    loss: float
+    train_correct: int
+    train_total: int
+    compute_s: float
+    comm_s: float
+    bubble_s: float = 0.0
+
+
+@dataclass
+class StaleOptions:
+    """The pipeline's convergence techniques (all on by default) and exactness.
+
+    Exact mode runs one chunk per way, so there is nothing stale: use :meth:`resolve`, which
+    switches the techniques off there.
+    """
+
+    exact: bool = False
+    shuffle: bool = True
+    grad_fix: bool = True
+    grad_scale: float = 2.0
+    snapshot_period: int = 23
+
+    @classmethod
+    def resolve(cls, exact: bool, shuffle: bool = True, grad_fix: bool = True,
+                snapshot_period: int = 23) -> "StaleOptions":
+        """The options a run uses: in exact mode no gradient fix and no snapshot."""
+        return cls(exact=exact, shuffle=shuffle, grad_fix=grad_fix and not exact,
+                   snapshot_period=0 if exact else snapshot_period)
+
+
+OutputHook = Callable[[torch.Tensor], None]
+
+
+class Executor(ABC):
+    """This rank's part of one parallel mode.
+
+    Attributes:
+        dims: the parallel layout the executor runs.
+        output_hook: called with every output this rank computes in a training forward
+            (graph mode: the local logits; a pipeline stage: each chunk's output rows), or
+            None. It must not modify the tensor.
+    """
+
+    dims: ParallelDims
+    output_hook: OutputHook | None = None
+
+    @abstractmethod
+    def train_epoch(self, epoch: int) -> EpochResult:
+        """One training epoch (one optimizer step) on this rank."""
+
+    @abstractmethod
+    def evaluate(self, epoch: int) -> dict:
+        """Exact full-graph inference: ``{"train_acc", "val_acc", "test_acc"}``, the same on
+        every rank (collective)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs from this rank."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output."""
+
+    def _emit(self, out: torch.Tensor) -> None:
+        if self.output_hook is not None:
+            self.output_hook(out)
+
+
+def wait_seconds(comm) -> float:
+    """Seconds ``comm`` has spent waiting so far (0 for a communicator that keeps no stats)."""
+    stats = getattr(comm, "stats", None)
+    return float(stats.wait_s) if stats is not None else 0.0
+
+
+def allreduce_grads(params: Sequence[torch.nn.Parameter], comm) -> None:
+    """Give every parameter a gradient (zeros where autograd left none) and sum them over
+    ``comm``'s ranks in one flat buffer (nothing travels with one rank or ``comm=None``)."""
+    params = list(params)
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if comm is None or comm.world_size == 1 or not params:
+        return
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    comm.all_reduce(flat, op="sum", category="allreduce")
+    off = 0
+    for p in params:
+        k = p.numel()
+        p.grad.copy_(flat[off : off + k].view_as(p.grad))
+        off += k
+
+
+def split_counts(logits: torch.Tensor, labels: torch.Tensor, masks: dict, multilabel: bool) -> list[int]:
+    """``[correct, total]`` for each of :data:`SPLITS`, flattened (6 numbers)."""
+    out: list[int] = []
+    for split in SPLITS:
+        out.extend(accuracy_counts(logits, labels, masks[split], multilabel=multilabel))
+    return out
+
+
+def reduce_accuracies(counts: Sequence[float], comm) -> dict:
+    """Sum :func:`split_counts` over ``comm``'s ranks (collective) into accuracies."""
+    t = torch.tensor(list(counts), dtype=torch.float64)
+    if comm.world_size > 1:
+        comm.all_reduce(t, op="sum", category="control")
+    c = t.tolist()
+    return {f"{split}_acc": c[2 * i] / max(c[2 * i + 1], 1) for i, split in enumerate(SPLITS)}

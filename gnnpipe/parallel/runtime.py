@@ -1,0 +1,288 @@
+"""The pipeline runtime: interprets one stage's lowered action list for an epoch.
+
+Each rank (stage) runs :class:`PipelineExecutor`, which takes its list from
+:func:`gnnpipe.schedule.lower` of :func:`gnnpipe.schedule.gnnpipe_schedule`, checked by
+:func:`gnnpipe.schedule.validate`, and executes it action by action: ``F``/``B`` call the
+:class:`gnnpipe.parallel.stage.PipelineStage`'s compute, ``SEND_*``/``RECV_*`` move chunk
+activations (and GCNII's ``h0``) and their gradients between neighbour stages, ``OPT``
+all-reduces the weight gradients across ways and steps the optimizer. Only chunk
+activations travel between stages; no halo exchange.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.dims import ParallelDims
+from gnnpipe.models import RunCtx
+from gnnpipe.parallel.executor import (EpochResult, Executor, StaleOptions, allreduce_grads, reduce_accuracies,
+                                       split_counts, wait_seconds)
+from gnnpipe.parallel.stage import PipelineStage
+from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, validate
+
+# Chunk messages use tags 2k (activations) and 2k+1 (gradients); evaluation uses its own.
+_EVAL_TAG = 30000
+
+
+class PipelineExecutor(Executor):
+    """Runs one stage of the pipeline on this rank and talks to its neighbour stages.
+
+    Args:
+        comm: communicator of this pipeline (ranks = stages, in order).
+        cross: hybrid mode: the stage communicator across ways (weight all-reduce).
+        world: the world communicator (evaluation counts); ``comm`` by default.
+        stage: the :class:`PipelineStage` of this rank.
+        model: the whole model (this rank only steps its own units' parameters).
+        optimizer: over this stage's parameters.
+        carry_in_keys / carry_dims: what arrives with each chunk from the previous stage.
+    """
+
+    def __init__(self, comm, stage: PipelineStage, params, optimizer, num_stages: int,
+                 carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int,
+                 cross=None, world=None, dims: ParallelDims | None = None) -> None:
+        self.comm = comm
+        self.cross = cross
+        self.world = world if world is not None else comm
+        self.stage = stage
+        self.params = list(params)
+        self.opt = optimizer
+        self.S = num_stages
+        self.s = comm.rank
+        self.carry_in_keys = tuple(carry_in_keys)
+        self.carry_dim = carry_dim
+        self.opts = opts
+        self.seed = seed
+        self.C = len(stage.chunks)
+        ways = cross.world_size if cross is not None else 1
+        self.dims = dims or ParallelDims("hybrid" if ways > 1 else "pipeline", ways=ways, stages=num_stages, chunks=self.C)
+
+    # one message per chunk and direction: [h | carry...] concatenated along columns
+    def _pack(self, h: torch.Tensor, carry: dict, keys: tuple) -> torch.Tensor:
+        if not keys:
+            return h.detach().contiguous()
+        return torch.cat([h.detach()] + [carry[k].detach() for k in keys], dim=1).contiguous()
+
+    def _unpack(self, buf: torch.Tensor, d: int, keys: tuple) -> tuple[torch.Tensor, dict]:
+        h = buf[:, :d]
+        carry = {}
+        off = d
+        for k in keys:
+            carry[k] = buf[:, off : off + self.carry_dim]
+            off += self.carry_dim
+        return h, carry
+
+    def _width(self, d: int, keys: tuple) -> int:
+        return d + len(keys) * self.carry_dim
+
+    def train_epoch(self, epoch: int) -> EpochResult:
+        """Interpret this stage's lowered action list for one epoch.
+
+        The list comes from :func:`gnnpipe.schedule.gnnpipe_schedule` lowered by
+        :func:`gnnpipe.schedule.lower`: ``RECV_*`` waits for a receive that was posted at the
+        start of the epoch (so transfers overlap compute), ``SEND_*`` posts a non-blocking
+        send that is waited for only at the end of the epoch, ``F``/``B`` compute, ``OPT``
+        steps the optimizer.
+        """
+        st = self.stage
+        comm = self.comm
+        t_start = time.perf_counter()
+        wait0 = wait_seconds(comm)
+        order = chunk_order(self.C, epoch, self.seed, self.opts.shuffle and not self.opts.exact)
+        schedule = lower(gnnpipe_schedule(self.S, order), self.S)
+        # Every stage checks the whole epoch's schedule it is about to run (counts, pairing,
+        # same order on every stage, no deadlock in simulation): milliseconds, and a wrong
+        # list would otherwise hang or silently mix chunks.
+        validate(schedule, self.S, self.C)
+        actions = schedule[self.s]
+        st.begin_epoch(epoch)
+        for p in self.params:
+            p.grad = None
+        in_keys = self.carry_in_keys
+        out_keys = st.carry_out_keys
+        in_w = self._width(st.in_dim, in_keys)
+        out_w = self._width(st.out_dim, out_keys)
+        recvs: dict[tuple, tuple] = {}
+
+        def post(kind) -> None:
+            # Every receive of a phase is posted when the phase starts (transfers overlap
+            # compute); a phase's buffers total N rows. The gradient receives wait for the
+            # backward phase, so the two phases' buffers are not held together.
+            for a in actions:
+                if a.kind == kind == ActionKind.RECV_F:
+                    buf = torch.empty(st.chunks[a.chunk].size, in_w)
+                    recvs[("F", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk))
+                elif a.kind == kind == ActionKind.RECV_B:
+                    buf = torch.empty(st.chunks[a.chunk].size, out_w)
+                    recvs[("B", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk + 1))
+
+        post(ActionKind.RECV_F)
+        b_posted = False
+        sends = []
+        inbox: dict[tuple, tuple] = {}
+        outbox: dict[tuple, torch.Tensor] = {}
+        bubble = 0.0
+        correct = total = 0
+        loss = 0.0
+        for a in actions:
+            k = a.chunk
+            if not b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
+                b_posted = True
+                post(ActionKind.RECV_B)
+            if sends:  # a completed send's buffer is freed now, not at the epoch's end
+                live = []
+                for w in sends:
+                    if w.is_completed():
+                        w.wait()
+                    else:
+                        live.append(w)
+                sends = live
+            if a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
+                tag = "F" if a.kind == ActionKind.RECV_F else "B"
+                buf, work = recvs.pop((tag, k))
+                t0 = time.perf_counter()
+                work.wait()
+                bubble += time.perf_counter() - t0
+                d = st.in_dim if tag == "F" else st.out_dim
+                inbox[(tag, k)] = self._unpack(buf, d, in_keys if tag == "F" else out_keys)
+            elif a.kind == ActionKind.F:
+                h_in, carry = inbox.pop(("F", k), (None, {}))
+                out, cout = st.forward_chunk(k, h_in, carry)
+                self._emit(out.detach())
+                if st.is_last:
+                    c, t = st.train_counts(k, out)
+                    correct += c
+                    total += t
+                else:
+                    outbox[("F", k)] = self._pack(out, cout, out_keys)
+            elif a.kind == ActionKind.B:
+                g_out, gcarry = inbox.pop(("B", k), (None, {}))
+                g_in, g_cin, l = st.backward_chunk(k, g_out, gcarry)
+                loss += l
+                if self.s > 0:
+                    outbox[("B", k)] = self._pack(g_in, g_cin, in_keys)
+            elif a.kind == ActionKind.SEND_F:
+                sends.append(comm.isend(outbox.pop(("F", k)), a.peer, tag=2 * k, category="pipe_act"))
+            elif a.kind == ActionKind.SEND_B:
+                sends.append(comm.isend(outbox.pop(("B", k)), a.peer, tag=2 * k + 1, category="pipe_grad"))
+            elif a.kind == ActionKind.OPT:
+                t0 = time.perf_counter()
+                for w in sends:
+                    w.wait()
+                bubble += time.perf_counter() - t0
+                sends.clear()
+                allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
+                self.opt.step()
+            else:  # pragma: no cover - the generator emits no other kinds
+                raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
+        st.end_epoch()
+        wall = time.perf_counter() - t_start
+        comm_s = (wait_seconds(comm) - wait0) if hasattr(comm, "stats") else bubble
+        return EpochResult(loss, correct, total, wall - comm_s, comm_s, bubble)
+
+    def state_dict(self) -> dict:
+        """This stage's parameters, optimizer, and what the next epoch reads of the history:
+        the snapshot when one exists (the next epoch restores the history from it; between
+        epochs the history's storage holds the last backward's cross-chunk gradients), the
+        history buffers otherwise.
+
+        Cross-chunk gradient buffers are empty between epochs and chunk order and dropout
+        are pure functions of (seed, epoch), so this is everything a resume needs.
+        """
+        st = self.stage
+        return {
+            "kind": "pipeline",
+            "first_unit": st.first_unit,
+            "units": [u.state_dict() for u in st.units],
+            "opt": self.opt.state_dict() if hasattr(self.opt, "state_dict") else {},
+            # with a snapshot the next epoch restores the history from it: H is not needed
+            "hist": {k: v.clone() for k, v in st.hist.items()} if st.snap is None else {},
+            "snap": None if st.snap is None else {k: v.clone() for k, v in st.snap.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        st = self.stage
+        if state.get("first_unit") != st.first_unit or len(state["units"]) != len(st.units):
+            raise GnnpipeError(
+                f"checkpoint holds units from {state.get('first_unit')} ({len(state['units'])} units) "
+                f"but this stage runs units from {st.first_unit} ({len(st.units)} units)"
+            )
+        for u, sd in zip(st.units, state["units"]):
+            u.load_state_dict(sd)
+        if hasattr(self.opt, "load_state_dict"):
+            self.opt.load_state_dict(state["opt"])
+        for k, v in state["hist"].items():
+            st.hist[k].copy_(v)
+        st.set_snapshot(state["snap"])
+
+    @torch.no_grad()
+    def evaluate(self, epoch: int) -> dict:
+        """Exact full-graph inference, unit by unit and chunk by chunk over the training
+        chunks' blocks: every unit's input rows of the whole part (the whole graph with one
+        way) are computed before the unit runs, so every neighbour row is current (no
+        history is read). A stage receives and sends its whole part's rows at once."""
+        st = self.stage
+        comm = self.comm
+        last = self.s == self.S - 1
+        out, carry = self._eval_forward(epoch)
+        counts = [0] * 6  # only the last stage scores
+        if not last:
+            cout = {k: carry[k] for k in st.carry_out_keys}
+            comm.send(self._pack(out, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category="eval")
+        else:
+            lo = st.chunks[0].lo
+            hi = lo + out.shape[0]
+            counts = split_counts(out, st.labels[lo:hi], {k: m[lo:hi] for k, m in st.masks.items()}, st.multilabel)
+        return reduce_accuracies(counts, self.world)
+
+    def _eval_forward(self, epoch: int) -> tuple[torch.Tensor, dict]:
+        """This stage's output rows (and carry) of its whole part in evaluation mode."""
+        st = self.stage
+        base = st.chunks[0].lo
+        R = st.chunks[-1].hi - base
+        h, carry = None, {}
+        if self.s > 0:
+            buf = torch.empty(R, self._width(st.in_dim, self.carry_in_keys))
+            self.comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
+            h, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
+        ctx = RunCtx(training=False, epoch=epoch, seed=st.seed)
+        for u in st.units:
+            u.eval()
+        try:
+            for pos, u in enumerate(st.units):
+                out, new_carry = None, {}
+                for k, ch in enumerate(st.chunks):
+                    a, b = ch.lo - base, ch.hi - base
+                    features = st.first_unit == 0 and pos == 0
+                    if features:
+                        hk = st.x_dst_rows(k)
+                    else:
+                        hk = h[a:b]
+                    ck = {key: v[a:b] for key, v in carry.items()}
+                    if u.aggregates:
+                        if features:
+                            h_src = st.x_src_rows(k)
+                        else:
+                            # h's row r is node base + r, as the stage's buffers: the same
+                            # gather as training's, from current rows instead of history
+                            h_src = torch.cat([hk, st.source.gather(h, k, category="eval")], dim=0)
+                        o, c2 = u(hk, ck, ctx, block=ch.block, h_src=h_src)
+                    else:
+                        o, c2 = u(hk, ck, ctx, block=ch.block)
+                    if out is None:
+                        out = torch.empty(R, o.shape[1], dtype=o.dtype)
+                    out[a:b] = o
+                    for key, t in c2.items():
+                        if key in ck and t is ck[key]:
+                            continue  # passed through unchanged
+                        if key not in new_carry:
+                            new_carry[key] = torch.empty(R, t.shape[1], dtype=t.dtype)
+                        new_carry[key][a:b] = t
+                h = out
+                carry.update(new_carry)
+        finally:
+            for u in st.units:
+                u.train()
+        return h, carry

@@ -1,0 +1,470 @@
+"""One pipeline stage's compute: its units over each chunk, with history buffers.
+
+A stage owns a contiguous block of the model's units and runs it over its way's chunks. It
+never communicates: the runtime (:mod:`gnnpipe.parallel.runtime`) moves chunk activations
+between stages, and the rows of a chunk's neighbours outside the chunk come from a
+:class:`NeighbourSource` that whoever builds the stage hands in: the stage's own history
+(:class:`LocalHistory`) or, in hybrid mode, the link to the other ways
+(:class:`gnnpipe.parallel.halo.WayLink`).
+
+Semantics of one epoch (identical on every stage; :mod:`gnnpipe.parallel.reference` is an
+independent one-process implementation of the same rules, used as the tests' oracle):
+
+1. **Chunk order.** ``order = chunk_order(C, epoch, seed, shuffle)``: every chunk forward in
+   that order, then every chunk backward in reverse (one flush per epoch).
+2. **Historical embeddings.** Each aggregating unit ``u`` keeps ``H_u`` [N, d_in]: the input
+   rows of every node. Forward of chunk ``c`` first writes its own input rows into ``H_u``,
+   then aggregates from its own rows (fresh, differentiable) and from ``H_u`` for its
+   out-of-chunk neighbours: fresh if their chunk already ran this epoch, one epoch old
+   otherwise. A unit whose input is the constant input features needs no history.
+3. **Cross-chunk gradients** (``grad_fix``, on by default). The gradient that chunk ``c``'s
+   backward sends to a neighbour row of another chunk ``c'`` is accumulated in ``G_u``; when
+   ``c'`` runs backward later in the same epoch (it ran forward earlier, so it was *fresh* for
+   ``c``) that accumulated gradient, multiplied by ``grad_scale`` (2, as the authors: a
+   neighbour is fresh with probability about 1/2), is injected at ``u``'s input for ``c'``.
+   Gradients that reach chunks whose backward already ran (they were *stale* for ``c``) are
+   dropped when ``G_u`` is cleared at the end of the epoch. With ``grad_fix`` off, no
+   gradient crosses chunks (neighbour rows are constants, as in plain historical-embedding
+   methods).
+4. **Snapshot** (period ``K``; 0 = off). At the end of every epoch ``e`` with ``(e+1) % K ==
+   0`` the history buffers are copied into a snapshot; at the start of every later epoch the
+   buffers are restored from it, so stale rows come from one consistent model state.
+5. **Exact mode.** One chunk spanning the whole graph: every aggregation sees current-epoch
+   inputs, no history is read, and the result equals the one-process full-graph run (stages
+   then cannot overlap within the epoch).
+
+Weight gradients accumulate over the chunks; each stage steps its optimizer once per epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.models import RunCtx, accuracy_counts, loss_fn
+from gnnpipe.parallel.chunks import ChunkInfo
+from gnnpipe.parallel.executor import StaleOptions
+from gnnpipe.parallel.features import feature_rows
+from gnnpipe.parallel.halo import acc_rows
+
+
+def carry_keys_after(units, start: int) -> tuple[str, ...]:
+    """Cross-layer tensors that units from ``start`` on read (must travel with the chunk)."""
+    keys: list[str] = []
+    for u in list(units)[start:]:
+        for k in getattr(u, "carry_keys", ()) or ():
+            if k not in keys:
+                keys.append(k)
+    return tuple(keys)
+
+
+def _is_dense(x) -> bool:
+    return x is not None and not sp.issparse(x) and not (isinstance(x, torch.Tensor) and x.layout != torch.strided)
+
+
+class _GradSink:
+    """Receives the gradient of rows that entered autograd through :class:`_Sunk`."""
+
+    __slots__ = ("anchor", "grad")
+
+    def __init__(self) -> None:
+        self.anchor = torch.empty(0, requires_grad=True)
+        self.grad: torch.Tensor | None = None
+
+
+class _Sunk(torch.autograd.Function):
+    """Rows made by ``make()`` (or the tensor ``x``) whose gradient lands in a :class:`_GradSink`.
+
+    A requires-grad leaf would do the same, but autograd keeps a leaf (and its data) alive
+    until the backward; here nothing is kept: whether the rows stay alive is up to the
+    units that read them. Used for a chunk's neighbour rows gathered from history (m·d_in
+    values per unit and chunk) and for the activations a stage receives. The gradient is
+    the same tensor the leaf's ``.grad`` would hold.
+    """
+
+    @staticmethod
+    def forward(ctx, anchor, x, make, sink):  # type: ignore[override]
+        ctx.sink = sink
+        return x.view_as(x) if x is not None else make()
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        ctx.sink.grad = g if ctx.sink.grad is None else ctx.sink.grad + g
+        return None, None, None, None
+
+
+class _InjectGrad(torch.autograd.Function):
+    """Identity on a unit's input ``h`` of chunk ``k``; its backward adds the fresh
+    cross-chunk gradient ``G_u[chunk rows] · grad_scale``, read at backward time (``G_u``
+    changes only after a chunk's backward, so this equals injecting it as an extra
+    backward root when the backward starts, without keeping ``h`` alive until then)."""
+
+    @staticmethod
+    def forward(ctx, h, stage, pos, k):  # type: ignore[override]
+        ctx.stage, ctx.pos, ctx.k = stage, pos, k
+        return h.view_as(h)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        return ctx.stage._fresh_grad(ctx.pos, ctx.k, g), None, None, None
+
+
+class _Root(torch.autograd.Function):
+    """A 0-d backward root standing for a stage's chunk outputs: its backward hands each
+    output the gradient put in ``box`` (the next stage's), so the stage keeps this root
+    until the chunk's backward instead of the outputs and their data."""
+
+    @staticmethod
+    def forward(ctx, box, *outs):  # type: ignore[override]
+        ctx.box = box
+        return outs[0].new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _g):  # type: ignore[override]
+        grads = ctx.box
+        ctx.box = None
+        return (None, *grads)
+
+
+@dataclass
+class _ChunkState:
+    nbr_leaves: list = field(default_factory=list)  # (unit position, _GradSink of neighbour rows)
+    h_in: _GradSink | None = None                   # gradient of the received rows
+    carry_in: dict = field(default_factory=dict)    # key -> _GradSink
+    h_in_shape: tuple = ()
+    root: torch.Tensor | None = None                # _Root over the outputs (not on the last stage)
+    out_req: list = field(default_factory=list)     # which outputs the root stands for: None (h) / carry keys
+    box: list = field(default_factory=list)         # their gradients, filled at backward
+    loss: torch.Tensor | None = None
+
+
+class NeighbourSource(Protocol):
+    """Where a stage's chunks read their out-of-chunk neighbour rows, and where those rows'
+    gradients go.
+
+    Row ``r`` of the buffers handed in is node ``row0 + r``.
+
+    Attributes:
+        row0: the first node of the buffers' rows.
+        rows: rows of the history buffers (None: every node of the graph).
+        fresh: the rows are exchanged fresh inside autograd (:meth:`with_fresh`; exact
+            hybrid), so the stage keeps no history.
+        collective: :meth:`gather` and :meth:`return_grads` are collectives every way must
+            enter for every aggregating unit and chunk, even with no rows to move.
+    """
+
+    row0: int
+    rows: int | None
+    fresh: bool
+    collective: bool
+
+    def gather(self, buf: torch.Tensor, k: int, category: str = "halo_fwd") -> torch.Tensor:
+        """float32 [m_k, d]: chunk k's neighbour rows, in its ``nbr_ids`` order."""
+
+    def return_grads(self, gacc: torch.Tensor, grad: torch.Tensor | None, k: int) -> None:
+        """Add chunk k's neighbour-row gradients (None: all zero) into their owners' ``gacc``."""
+
+    def with_fresh(self, h: torch.Tensor) -> torch.Tensor:
+        """``[h; neighbour rows]`` exchanged inside autograd (fresh sources only)."""
+
+
+class LocalHistory:
+    """One way: every neighbour row lives in this stage's own buffers (row = node id)."""
+
+    row0 = 0
+    rows = None
+    fresh = False
+    collective = False
+
+    def __init__(self, chunks: list[ChunkInfo]) -> None:
+        self.chunks = chunks
+
+    def gather(self, buf: torch.Tensor, k: int, category: str = "halo_fwd") -> torch.Tensor:
+        return buf.index_select(0, self.chunks[k].nbr_ids).float()
+
+    def return_grads(self, gacc: torch.Tensor, grad: torch.Tensor | None, k: int) -> None:
+        if grad is not None:
+            acc_rows(gacc, self.chunks[k].nbr_ids, grad)
+
+    def with_fresh(self, h: torch.Tensor) -> torch.Tensor:  # pragma: no cover - never fresh
+        raise NotImplementedError("a stage's own history is never fresh")
+
+
+class PipelineStage:
+    """Compute of one stage: its units, history buffers and cross-chunk gradient buffers.
+
+    No communication: the executor moves tensors between stages; the one-process reference
+    and tests can drive it directly.
+
+    Args:
+        units: this stage's units (a slice of ``model.units``), in order.
+        first_unit: index of ``units[0]`` in the whole model (0 means the stage reads features).
+        chunks: every chunk's :class:`ChunkInfo`.
+        num_nodes: N.
+        x: input features (only used when ``first_unit == 0``): dense [N, F] tensor, or scipy
+            CSR / dense ndarray.
+        labels, train_mask: only used on the last stage (``is_last``).
+        num_train_global: loss normaliser (training nodes in the whole graph).
+        carry_out_keys: carry tensors to hand to the next stage.
+        source: where the chunks' out-of-chunk neighbour rows come from: this stage's own
+            history (:class:`LocalHistory`, the default) or, in hybrid mode, the link to the
+            other ways (:class:`gnnpipe.parallel.halo.WayLink`). The stage itself never
+            communicates; whoever builds it chooses the source.
+        hist_dtype: storage dtype of the history, cross-chunk gradient and snapshot buffers
+            (reads upcast to float32, writes round).
+
+    Buffers per aggregating unit ``u`` whose input is trained (``R`` rows: N, or a hybrid
+    way's own part): ``H_u`` [R, d_in] always; ``G_u`` during the backward phase; ``S_u``
+    once a snapshot exists. While no snapshot exists ``H_u`` must survive into the next
+    epoch, so ``G_u`` is a buffer of its own; once one exists ``H_u`` is dead from the end
+    of the forward phase (the next epoch restores it from ``S_u``), so ``G_u`` reuses its
+    storage and the snapshot is taken at the end of the forward phase (``H_u`` is not
+    written in backward, so this equals taking it at the end of the epoch). Two buffers per
+    unit at any time.
+    """
+
+    def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
+                 labels, train_mask, masks: dict, num_train_global: int, is_last: bool,
+                 opts: StaleOptions, seed: int, multilabel: bool = False,
+                 carry_out_keys: tuple = (), source: NeighbourSource | None = None,
+                 hist_dtype: torch.dtype = torch.float32, x_rows: np.ndarray | None = None) -> None:
+        self.units = list(units)
+        self.source = source if source is not None else LocalHistory(chunks)
+        self.first_unit = first_unit
+        self.chunks = chunks
+        self.N = int(num_nodes)
+        self.is_last = is_last
+        self.opts = opts
+        self.seed = seed
+        self.multilabel = multilabel
+        self.num_train_global = max(int(num_train_global), 1)
+        self.carry_out_keys = tuple(carry_out_keys)
+        self.labels = torch.as_tensor(np.asarray(labels)) if labels is not None else None
+        self.masks = {k: torch.as_tensor(np.asarray(v, dtype=bool)) for k, v in masks.items()}
+        self.train_mask = self.masks.get("train") if train_mask is None else torch.as_tensor(np.asarray(train_mask, dtype=bool))
+        # Units whose input is the constant features (only unit 0 of the model) need no history.
+        # Row r of a buffer is node row0 + r: every node with one way, a way's own part in
+        # hybrid mode (see WayLink).
+        self.hist_dtype = hist_dtype
+        self.row0 = self.source.row0
+        self.rows = self.source.rows if self.source.rows is not None else self.N
+        self.hist: dict[int, torch.Tensor] = {}
+        self.gacc: dict[int, torch.Tensor] = {}  # G_u; aliases H_u in the backward phase once a snapshot exists
+        self.snap: dict[int, torch.Tensor] | None = None
+        self._backward_phase = False
+        # A fresh source (exact hybrid) exchanges current rows: no history. A collective one
+        # (stale hybrid) needs buffers on every unit so that every way's exchanges line up.
+        has_nbrs = any(ch.nbr_ids.numel() for ch in chunks)
+        keeps_history = not self.source.fresh and (has_nbrs or self.source.collective)
+        for pos, u in enumerate(self.units):
+            if u.aggregates and not (first_unit == 0 and pos == 0) and keeps_history:
+                self.hist[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
+                if opts.grad_fix:
+                    self.gacc[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
+        self.x_dst: list = []
+        self.x_src: list = []
+        # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
+        # src rows are gathered when the chunk runs (keeping every chunk's src rows would
+        # hold Σ_k |src(k)| ≈ 3-5·N rows). Sparse features keep per-chunk copies.
+        # ``x_rows`` (sorted relabelled ids of x's rows; None: all N) lets a hybrid way hold
+        # only the rows its chunks read.
+        self.x: torch.Tensor | None = None
+        self.x_src_ids: list = []  # per chunk, the rows of ``self.x`` its first unit reads
+        self.x_dst_off: list = []  # per chunk, the row of ``self.x`` of its first node
+
+        def pos(ids):
+            ids = np.asarray(ids, dtype=np.int64)
+            return ids if x_rows is None else np.searchsorted(x_rows, ids)
+
+        if first_unit == 0 and _is_dense(x):
+            self.x = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))
+            self.x_src_ids = [torch.from_numpy(pos(ch.src_ids().numpy())) for ch in chunks]
+            self.x_dst_off = [int(pos([ch.lo])[0]) for ch in chunks]
+        elif first_unit == 0:
+            for ch in chunks:
+                ids = np.arange(ch.lo, ch.hi, dtype=np.int64)
+                self.x_dst.append(feature_rows(x, pos(ids)))
+                if self.units[0].aggregates:
+                    self.x_src.append(feature_rows(x, pos(np.concatenate([ids, ch.nbr_ids.numpy()]))))
+        self.state: dict[int, _ChunkState] = {}
+        self.epoch = 0
+
+    def x_dst_rows(self, k: int) -> torch.Tensor:
+        """Chunk k's own feature rows (first stage)."""
+        if self.x is None:
+            return self.x_dst[k]
+        off = self.x_dst_off[k]
+        return self.x[off : off + self.chunks[k].size]
+
+    def x_src_rows(self, k: int) -> torch.Tensor:
+        """Chunk k's feature rows of its block's sources (first stage)."""
+        return self.x_src[k] if self.x is None else self.x.index_select(0, self.x_src_ids[k])
+
+    @property
+    def in_dim(self) -> int:
+        return self.units[0].in_dim
+
+    @property
+    def out_dim(self) -> int:
+        return self.units[-1].out_dim
+
+    # ------------------------------------------------------------------ epoch
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.state.clear()
+        self._backward_phase = False
+        if self.snap is not None:
+            self.gacc = {}  # G_u lives in H_u's storage during the backward phase only
+            for pos, h in self.hist.items():
+                h.copy_(self.snap[pos])
+
+    def begin_backward(self) -> None:
+        """The turn from the forward to the backward phase (every stage runs all its
+        forwards before any backward): snapshot epochs take S ← H here; once a snapshot
+        exists, G_u takes over H_u's storage, zeroed."""
+        if self._backward_phase:
+            return
+        self._backward_phase = True
+        k = self.opts.snapshot_period
+        if k and (self.epoch + 1) % k == 0 and self.hist:
+            if self.snap is None:
+                self.gacc = {}  # the separate G buffers are all zero here: G is written only in backward
+                self.snap = {pos: h.clone() for pos, h in self.hist.items()}
+            else:
+                for pos, h in self.hist.items():
+                    self.snap[pos].copy_(h)
+        if self.snap is not None and self.opts.grad_fix:
+            self.gacc = {pos: h.zero_() for pos, h in self.hist.items()}
+
+    def end_epoch(self) -> None:
+        self.begin_backward()  # (a no-op after any backward)
+        if self.snap is not None:
+            self.gacc = {}  # H_u's storage: restored from the snapshot by the next epoch
+        for g in self.gacc.values():
+            g.zero_()
+        self.state.clear()
+        self._backward_phase = False
+
+    def set_snapshot(self, snap: dict | None) -> None:
+        """Load a snapshot (checkpoint resume): copied into buffers of the history dtype."""
+        if snap is None:
+            self.snap = None
+            return
+        self.gacc = {}
+        self.snap = {pos: torch.empty_like(self.hist[pos]).copy_(v) for pos, v in snap.items()}
+
+    def _fresh_grad(self, pos: int, k: int, g: torch.Tensor) -> torch.Tensor:
+        """``g`` plus chunk k's rows of G_u times grad_scale (see :class:`_InjectGrad`)."""
+        ch = self.chunks[k]
+        rows = self.gacc[pos][ch.lo - self.row0 : ch.hi - self.row0]
+        return g + rows.float() * self.opts.grad_scale
+
+    # ------------------------------------------------------------------ compute
+    def forward_chunk(self, k: int, h_in: torch.Tensor | None, carry_in: dict, training: bool = True):
+        """Run this stage's units on chunk ``k``.
+
+        Args:
+            h_in: [n_k, in_dim] the chunk's input rows (None on the first stage).
+            carry_in: cross-layer tensors of the chunk's rows.
+        Returns:
+            (output rows [n_k, out_dim], carry dict); on the last stage the output is logits.
+        """
+        if training and self._backward_phase:
+            # G may occupy H's storage from the turn on (see begin_backward)
+            raise GnnpipeError(f"internal: forward of chunk {k} after this stage's backward phase began; "
+                               "a stage must run all its forwards of an epoch before any backward")
+        ch = self.chunks[k]
+        ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed)
+        st = _ChunkState()
+        if self.first_unit == 0:
+            h = self.x_dst_rows(k)
+        elif training:
+            st.h_in = _GradSink()
+            st.h_in_shape = tuple(h_in.shape)
+            h = _Sunk.apply(st.h_in.anchor, h_in.detach(), None, st.h_in)
+        else:
+            h = h_in
+        carry = {}
+        for key, t in carry_in.items():
+            if training:
+                sink = _GradSink()
+                st.carry_in[key] = (sink, tuple(t.shape))
+                carry[key] = _Sunk.apply(sink.anchor, t.detach(), None, sink)
+            else:
+                carry[key] = t
+        r0 = self.row0
+        for pos, u in enumerate(self.units):
+            if u.aggregates:
+                if self.first_unit == 0 and pos == 0:
+                    h_src = self.x_src_rows(k)
+                elif self.source.fresh:
+                    # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
+                    # and their gradients return inside autograd, as in graph parallelism.
+                    h_src = self.source.with_fresh(h)
+                elif pos not in self.hist:  # one chunk spanning every node: nothing outside it
+                    h_src = h
+                else:
+                    hist = self.hist[pos]
+                    if training:
+                        hist[ch.lo - r0 : ch.hi - r0] = h.detach()
+                        if self.opts.grad_fix and h.requires_grad:
+                            h = _InjectGrad.apply(h, self, pos, k)
+                    m = ch.nbr_ids.numel()
+                    make = lambda hist=hist: self.source.gather(hist, k)  # noqa: E731
+                    # A collective source needs every unit in the backward exchange, even with
+                    # no neighbour rows, so that the ways' collectives line up.
+                    if training and self.opts.grad_fix and (m or self.source.collective):
+                        sink = _GradSink()
+                        nbr = _Sunk.apply(sink.anchor, None, make, sink)
+                        st.nbr_leaves.append((pos, sink))
+                    else:
+                        nbr = make()
+                    h_src = torch.cat([h, nbr], dim=0)
+                h, carry = u(h, carry, ctx, block=ch.block, h_src=h_src)
+            else:
+                h, carry = u(h, carry, ctx, block=ch.block)
+        carry_out = {key: carry[key] for key in self.carry_out_keys}
+        if self.is_last and training:
+            mask = self.train_mask[ch.lo : ch.hi]
+            st.loss = loss_fn(h, self.labels[ch.lo : ch.hi], mask, multilabel=self.multilabel,
+                              normalizer=self.num_train_global)
+        elif training:
+            outs = [(None, h)] + list(carry_out.items())
+            outs = [(key, t) for key, t in outs if t.requires_grad]
+            if outs:
+                st.out_req = [key for key, _ in outs]
+                st.box = []
+                st.root = _Root.apply(st.box, *[t for _, t in outs])
+        if training:
+            self.state[k] = st
+        return h, carry_out
+
+    def backward_chunk(self, k: int, grad_out: torch.Tensor | None, grad_carry: dict):
+        """Backward of chunk ``k``; returns (grad of the chunk's input rows, grads of carry_in)."""
+        self.begin_backward()
+        st = self.state.pop(k)
+        if self.is_last:
+            torch.autograd.backward([st.loss], [torch.ones_like(st.loss)])
+        elif st.root is not None:
+            st.box.extend(grad_out if key is None else grad_carry.get(key) for key in st.out_req)
+            torch.autograd.backward([st.root])
+        for pos, sink in st.nbr_leaves:
+            self.source.return_grads(self.gacc[pos], sink.grad, k)
+        grad_in = None
+        if st.h_in is not None:
+            grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape)
+        gcarry = {}
+        for key, (sink, shape) in st.carry_in.items():
+            gcarry[key] = sink.grad if sink.grad is not None else torch.zeros(shape)
+        loss = float(st.loss.detach()) if st.loss is not None else 0.0
+        return grad_in, gcarry, loss
+
+    def train_counts(self, k: int, logits: torch.Tensor) -> tuple[int, int]:
+        ch = self.chunks[k]
+        return accuracy_counts(logits.detach(), self.labels[ch.lo : ch.hi], self.train_mask[ch.lo : ch.hi],
+                               multilabel=self.multilabel)

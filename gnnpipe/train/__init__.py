@@ -1,0 +1,32 @@
+"""The trainer: epochs, evaluation, metrics, checkpoints, progress (``gnnpipe-train`` runs it).
+
+Launch it any way you like; every rank runs the same command::
+
+    mpirun -np 4 gnnpipe-train                       # the README's main job (pipeline GCNII)
+    mpirun -np 4 gnnpipe-train --mode graph --dataset cora --model gcn --layers 2
+    torchrun --nproc-per-node 4 -m gnnpipe.train --mode graph ...
+    gnnpipe-train --mode graph ...                   # one process
+
+Outputs (rank 0) in ``--out`` (default ``runs/<mode>-<model>-<time>``): ``config.json`` (the
+resolved configuration, world size, dataset and plan hashes), ``metrics.jsonl`` (one line per
+epoch: ``epoch``, ``loss``, ``train_acc``, ``val_acc``/``test_acc`` when evaluated,
+``epoch_time_s``, ``compute_s``, ``comm_s``, ``bubble_s``, ``bytes_sent`` by category summed
+over ranks, ``peak_rss_mb`` max over ranks) and ``summary.json`` (test accuracy at the best
+validation accuracy).
+
+Checkpoints (:mod:`gnnpipe.checkpoint`): ``--checkpoint-every N`` commits
+``<out>/checkpoints/epoch-<E>/`` (one file per rank, ``COMMIT.json`` last) at the end of every
+N-th epoch and keeps the newest two; ``--resume DIR`` (a run directory or one checkpoint)
+continues at epoch E+1 after checking that every setting that changes the numbers matches,
+and rewrites ``metrics.jsonl`` from the saved history so the file equals an uninterrupted
+run's. A NaN or Inf loss stops the run, naming the epoch and (pipeline) the first stage whose
+output was non-finite; no checkpoint is written after such an epoch.
+"""
+
+from gnnpipe.data.load import load_graph_for, row_normalized
+from gnnpipe.train.guards import NonFiniteLossError, SetupError, agree_on_setup
+from gnnpipe.train.loop import KEEP_CHECKPOINTS, train
+from gnnpipe.train.setup import build_executor, model_config, plan_for
+
+__all__ = ["KEEP_CHECKPOINTS", "NonFiniteLossError", "SetupError", "agree_on_setup", "build_executor",
+           "load_graph_for", "model_config", "plan_for", "row_normalized", "train"]

@@ -1,0 +1,176 @@
+"""The training loop: epochs, evaluation, metrics, checkpoints, progress.
+
+:func:`train` runs on every rank of a launched job (or in one process with a
+``SingleProcessCommunicator``) and returns the same summary everywhere. Rank 0 writes
+``config.json``, ``metrics.jsonl`` and ``summary.json`` into the run directory; every rank
+writes its checkpoint files (:mod:`gnnpipe.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe import checkpoint as ckpt
+from gnnpipe.config import TrainConfig
+from gnnpipe.data.load import load_graph_for
+from gnnpipe.parallel.alloc import lean_allocator
+from gnnpipe.train import setup
+from gnnpipe.train.guards import FiniteWatch, NonFiniteLossError, agree_on_epoch, agree_on_setup, nonfinite_message
+from gnnpipe.train.metrics import Reducer, bytes_delta, epoch_figures, epoch_record
+from gnnpipe.train.rundir import MetricsFile, append_metrics, write_json_atomic
+
+log = logging.getLogger("gnnpipe.train")
+
+# Committed checkpoints kept per run (the newest included).
+KEEP_CHECKPOINTS = 2
+
+
+def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool = False) -> dict:
+    """Train on this rank; returns the summary (identical on every rank).
+
+    Args:
+        cfg: the resolved configuration.
+        comm: this rank's communicator (``SingleProcessCommunicator`` for one process).
+        out: run directory (rank 0 writes ``config.json``, ``metrics.jsonl``, ``summary.json``;
+            every rank writes its checkpoint files under ``out/checkpoints``).
+        show_progress: tqdm bar on rank 0.
+
+    Returns:
+        ``best_val_acc``, ``test_acc_at_best_val``, ``best_epoch``, ``final_loss``, ``epochs``
+        (epochs in the history, resumed ones included), ``mean_epoch_time_s``, ``history``.
+
+    Raises:
+        SetupError: a rank failed to load the data, build its executor or resume (every rank
+            raises it; the checkpoint mismatch message names each differing field).
+        NonFiniteLossError: the loss became NaN/Inf (every rank raises it).
+    """
+    torch.manual_seed(cfg.seed)
+    out = Path(out) if out is not None else None
+    err: GnnpipeError | None = None
+    resumed: tuple[Path, dict] | None = None
+    # Before any tensor of the run exists; off unless asked (--lean-memory or
+    # GNNPIPE_MMAP_THRESHOLD): it halves peak RSS on CPU but slows epochs (see the module).
+    lean_allocator(cfg.lean_memory)
+    try:
+        graph = load_graph_for(cfg)
+        ex, plan = setup.build_executor(cfg, comm, graph)
+        identity = ckpt.run_identity(cfg, ex.dims, graph.content_hash, getattr(plan, "params", None))
+        if cfg.resume:
+            where = ckpt.find_checkpoint(cfg.resume)
+            commit, payload = ckpt.load_checkpoint(where, comm.rank, identity)
+            resumed = (where, payload)
+        if cfg.checkpoint_every and out is None:
+            raise GnnpipeError("--checkpoint-every needs a run directory (--out)")
+    except GnnpipeError as e:
+        err = e
+    agree_on_setup(comm, err)
+    rank0 = comm.rank == 0
+    reduce = Reducer(comm)
+    history: list[dict] = []
+    start = 0
+    if resumed is not None:
+        where, payload = resumed
+        agree_on_epoch(comm, int(payload["epoch"]), where)
+        ex.load_state_dict(payload["executor"])
+        ckpt.set_rng_state(payload["rng"])
+        history = list(payload["history"])
+        start = int(payload["epoch"]) + 1
+        if rank0:
+            log.info("resumed from %s: continuing at epoch %d of %d", where, start, cfg.epochs)
+    watch = FiniteWatch()
+    if ex.dims.pipelined:
+        ex.output_hook = watch
+    mfile = None
+    if out is not None and rank0:
+        out.mkdir(parents=True, exist_ok=True)
+        resolved = {
+            **cfg.to_dict(),
+            "world_size": comm.world_size,
+            "dataset_name": graph.name,
+            "dataset_hash": graph.content_hash,
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "plan_params": getattr(plan, "params", None),
+            "resumed_from": str(resumed[0]) if resumed else None,
+        }
+        write_json_atomic(out / "config.json", resolved)
+        # A resumed run rewrites the file from the checkpoint's history: lines a killed run
+        # wrote after its last checkpoint disappear, so the file equals an uninterrupted run's.
+        mfile = MetricsFile(out / "metrics.jsonl")  # whole lines only, even on a full disk
+        for rec in history:
+            mfile.write(json.dumps(rec) + "\n")
+        mfile.flush()
+    bar = None
+    if show_progress and rank0:
+        bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
+    best = {"val_acc": -1.0, "test_acc": None, "epoch": None}
+    for rec in history:
+        if "val_acc" in rec and rec["val_acc"] > best["val_acc"]:
+            best = {"val_acc": rec["val_acc"], "test_acc": rec["test_acc"], "epoch": rec["epoch"]}
+    if bar is not None:
+        bar.update(min(start, cfg.epochs))
+    try:
+        for epoch in range(start, cfg.epochs):
+            watch.reset()
+            before = comm.stats.snapshot() if hasattr(comm, "stats") else {}
+            t0 = time.perf_counter()
+            res = ex.train_epoch(epoch)
+            wall = time.perf_counter() - t0
+            evaluated = (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1
+            accs = ex.evaluate(epoch) if evaluated else None
+            after = comm.stats.snapshot() if hasattr(comm, "stats") else {}
+            sums, maxes = reduce(*epoch_figures(res, bytes_delta(before, after), wall))
+            loss = sums[0]
+            if not np.isfinite(loss):
+                # Every rank sees the same reduced loss, so every rank takes this branch.
+                raise NonFiniteLossError(nonfinite_message(cfg, comm, ex.dims, watch, res, loss, epoch, out))
+            rec = epoch_record(epoch, sums, maxes)
+            if accs is not None:
+                rec.update(accs)
+                if accs["val_acc"] > best["val_acc"]:
+                    best = {"val_acc": accs["val_acc"], "test_acc": accs["test_acc"], "epoch": epoch}
+            history.append(rec)
+            if out is not None:  # rank 0 appends; every rank learns if that failed (full disk)
+                append_metrics(comm, mfile, rec)
+            if bar is not None:
+                post = {"loss": f"{loss:.4f}"}
+                if accs is not None:
+                    post.update(val=f"{accs['val_acc']:.3f}", test=f"{accs['test_acc']:.3f}")
+                bar.set_postfix(post)
+                bar.update(1)
+            if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+                # Only reached after a finite epoch: a diverged run keeps its last good one.
+                payload = {
+                    "format": ckpt.FORMAT, "epoch": epoch, "rank": comm.rank,
+                    "world_size": comm.world_size, "executor": ex.state_dict(),
+                    "rng": ckpt.rng_state(), "history": history, "identity": identity,
+                    "config": cfg.to_dict(),
+                }
+                ckpt.save_checkpoint(comm, out, epoch, payload, identity, keep=KEEP_CHECKPOINTS,
+                                     config=cfg.to_dict())
+    finally:
+        if bar is not None:
+            bar.close()
+        if mfile is not None:
+            mfile.close()
+    summary = {
+        "best_val_acc": best["val_acc"],
+        "test_acc_at_best_val": best["test_acc"],
+        "best_epoch": best["epoch"],
+        "final_loss": history[-1]["loss"] if history else None,
+        "epochs": len(history),
+        "mean_epoch_time_s": float(np.mean([h["epoch_time_s"] for h in history[1:]] or [0.0])),
+        "history": history,
+    }
+    if out is not None and rank0:
+        write_json_atomic(out / "summary.json", {k: v for k, v in summary.items() if k != "history"})
+    return summary

@@ -1,0 +1,62 @@
+"""Setting up a rank's run: the layout, the model config, the plan, the executor.
+
+The layout is resolved once (:class:`gnnpipe.dims.ParallelDims`), checked against the model,
+then the partition plan is loaded (and checked against the dataset) or made in memory, and
+:func:`gnnpipe.parallel.build.build_executor` turns them into this rank's executor.
+"""
+
+from __future__ import annotations
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.config import TrainConfig
+from gnnpipe.dims import ParallelDims
+from gnnpipe.models import ModelConfig
+from gnnpipe.parallel import build
+from gnnpipe.parallel.executor import Executor, StaleOptions
+from gnnpipe.partition import PartitionPlan, build_plan, check_plan_matches
+
+
+def model_config(cfg: TrainConfig, graph) -> ModelConfig:
+    """The model a config trains on ``graph`` (input and output widths from the data)."""
+    return ModelConfig(
+        model=cfg.model, in_dim=graph.num_features, num_classes=graph.num_classes,
+        layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, dropout=cfg.dropout,
+        alpha=cfg.alpha, lam=cfg.lam, backend=cfg.backend, multilabel=graph.multilabel,
+    )
+
+
+def plan_for(cfg: TrainConfig, graph, dims: ParallelDims):
+    """Load ``cfg.plan`` (checked against the dataset and the layout) or partition in memory."""
+    parts, chunks = dims.parts, dims.plan_chunks
+    if cfg.plan:
+        plan = PartitionPlan.load(cfg.plan)
+        check_plan_matches(plan, graph)
+        if plan.num_parts != parts:
+            raise GnnpipeError(
+                f"plan {cfg.plan} has {plan.num_parts} parts but this run needs {parts} "
+                f"(world size / mode); partition again with --parts {parts}"
+            )
+        if chunks and plan.num_chunks != chunks:
+            raise GnnpipeError(
+                f"plan {cfg.plan} has {plan.num_chunks} chunks per part but --chunks is {chunks}"
+            )
+        return plan
+    if parts > graph.num_nodes:
+        raise GnnpipeError(f"cannot split {graph.num_nodes} nodes into {parts} parts")
+    method = cfg.method if parts > 1 or chunks > 1 else "contiguous"
+    return build_plan(graph, parts=parts, chunks=max(chunks, 1), method=method, seed=cfg.seed)
+
+
+def build_executor(cfg: TrainConfig, comm, graph) -> tuple[Executor, object]:
+    """This rank's executor for ``cfg`` and the partition plan it runs: the layout is
+    resolved once, checked against the model, then the plan is loaded or made."""
+    dims = ParallelDims.from_config(cfg, comm.world_size)
+    mcfg = model_config(cfg, graph)
+    build.check_layout(dims, mcfg)
+    plan = plan_for(cfg, graph, dims)
+    opts = StaleOptions.resolve(cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix,
+                                snapshot_period=cfg.snapshot_period)
+    ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
+                              optimizer=build.adam(cfg.lr, cfg.weight_decay),
+                              history_dtype=cfg.history_dtype, device=cfg.device)
+    return ex, plan
