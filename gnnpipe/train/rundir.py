@@ -144,12 +144,13 @@ def claim_run_dir(out: Path, resuming_here: bool, overwrite: bool) -> RunLock:
                            "wait for it to finish or choose another --out") from None
     lock = RunLock(lock_path, fd, created)
     try:
-        _check_contents(out, resuming_here, overwrite)
+        # The pid first, so that a run refused a moment later can name the holder.
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as e:
             raise GnnpipeError(f"--out {out}: cannot write {lock_path} ({_why(e)}); choose another --out") from None
+        _check_contents(out, resuming_here, overwrite)
     except BaseException:
         lock.release()  # removes the directory again if this call created it
         raise
