@@ -32,6 +32,7 @@ The files assume a file system every rank sees (one host, or a shared file syste
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -66,6 +67,10 @@ FREE_FIELDS = ("epochs", "eval_every", "out", "progress", "checkpoint_every", "r
 
 class CheckpointMismatchError(GnnpipeError):
     """The checkpoint was written by a run whose math differs from this one."""
+
+
+class CheckpointWriteError(GnnpipeError):
+    """A checkpoint could not be written; every rank agreed and raises it (rank 0 reports)."""
 
 
 def run_identity(cfg, dims: ParallelDims, dataset_hash: str, plan_params: dict | None) -> dict:
@@ -243,7 +248,8 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
         The committed checkpoint directory.
 
     Raises:
-        GnnpipeError: on every rank when any rank could not write its file (naming the ranks).
+        CheckpointWriteError: on every rank when any rank could not write its file, or rank 0
+            its commit, whatever the write raised (naming the ranks and the path).
     """
     if keep < 1:
         raise GnnpipeError(f"checkpoint keep: expected an integer >= 1, got {keep}")
@@ -284,6 +290,8 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
         # Whatever the write raised, this rank must still join the all-reduce below, or the
         # others would wait out the timeout.
         err = e
+        info[rank, 0] = 0
+        info[rank, 1] = -_errno(e, d)  # so rank 0 can say why another rank failed
         for junk in (d / f"rank{rank}.pt.tmp", d / f"rank{rank}.pt"):
             try:
                 junk.unlink(missing_ok=True)
@@ -298,7 +306,11 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
         msg = f"checkpoint {d}: rank(s) {', '.join(map(str, failed))} could not write their file"
         if err is not None:
             msg += f" (rank {rank}: {_one_line(err, d)})"
-        raise GnnpipeError(msg + "; earlier checkpoints are intact")
+        else:
+            codes = {int(-info[k, 1]) for k in failed if int(info[k, 1]) < 0}
+            if codes:
+                msg += f" ({'; '.join(os.strerror(c) for c in sorted(codes))})"
+        raise CheckpointWriteError(msg + "; earlier checkpoints are intact")
     commit_err = _commit(comm, d, out, epoch, info, identity, config, keep) if rank == 0 else None
     if world > 1:
         # Rank 0 alone writes COMMIT.json; every rank learns whether that worked.
@@ -307,11 +319,18 @@ def save_checkpoint(comm, out: str | Path, epoch: int, payload: dict, identity: 
         if int(ok) == 0 and commit_err is None:
             commit_err = "rank 0 could not write COMMIT.json"
     if commit_err:
-        raise GnnpipeError(f"checkpoint {d}: {commit_err}; earlier checkpoints are intact")
+        raise CheckpointWriteError(f"checkpoint {d}: {commit_err}; earlier checkpoints are intact")
     if rank == 0:
         log.info("checkpoint %s committed (%.2f s, %d bytes on rank 0)", d,
                  time.perf_counter() - t0, int(info[0, 1]))
     return d
+
+
+def _errno(e: BaseException, d: Path) -> int:
+    """The errno behind a failed write (ENOSPC for torch's RuntimeError on a full disk; 0: unknown)."""
+    if isinstance(e, OSError) and e.errno:
+        return int(e.errno)
+    return errno.ENOSPC if _one_line(e, d).startswith("no space left") else 0
 
 
 def _one_line(e: BaseException, d: Path | None = None) -> str:

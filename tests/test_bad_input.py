@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -113,6 +114,8 @@ TRAIN_FLAG_CASES = [
     (["--unknown-flag"], "unrecognized"), (["--config", "{W}/missing.toml"], "not found"),
     (["--config", "nosuchpreset"], "presets"), (["--model", "gat", "--hidden", "10", "--heads", "4"], "heads"),
     (["--exact", "false"], "unrecognized"),
+    # Bad only where torch sees no GPU (a machine with one would train).
+    *([(["--device", "cuda"], "CUDA")] if not torch.cuda.is_available() else []),
 ]
 TRAIN_DATA_CASES = [
     (["--dataset", "nosuch"], "not found"), (["--dataset", "{W}/file.txt"], "not found"),
@@ -225,6 +228,9 @@ PLAN_CASES = [
     (["--world", "4", "--stats", "1000,10000,16,4", "--profile", "{W}/bin.toml"], "not a text file"),
     (["validate", "{W}/bin.toml"], "UTF-8"), (["validate", "{W}/nosuch"], "nosuch"), (["validate", "{W}/file.txt"], "file.txt"), (["calibrate", "--bogus"], "unrecognized"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--history-dtype", "x"], "--history-dtype"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--layers", "1000000000"], "--layers"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--estimate-nodes", "0"], "--estimate-nodes"),
+    (["calibrate", "--out", "{W}/file.txt/x"], "is a file"), (["calibrate", "--out", "{W}"], "directory"),
 ]
 
 BENCH = "gnnpipe-bench"

@@ -188,3 +188,32 @@ def test_partition_full_disk(tmp_path):
         p = _cli("gnnpipe-partition", str(g), "--parts", "2", "--method", "random", "--out", str(mnt / "plan"))
         _one_line_error(p, str(mnt / "plan"))
         assert sorted(x.name for x in mnt.iterdir()) == []
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("comm", ["mpi", "torch"])
+@pytest.mark.parametrize("where", ["metrics", "checkpoint"])
+def test_full_disk_on_two_ranks_one_line_and_prompt(tmp_path, comm, where):
+    """Rank 0's metrics or any rank's checkpoint on a full disk: one line (rank 0's), every
+    rank exits non-zero at once through the agreement (no dead-peer path, no timeout)."""
+    import socket
+    import time
+
+    if not (BIN / "mpirun").exists():
+        pytest.skip("no mpirun in the venv")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tmpfs(tmp_path / "mnt", size="256k") as mnt:
+        fill(mnt, leave=(12 if where == "metrics" else 60) * 1024)
+        extra = ["--checkpoint-every", "1"] if where == "checkpoint" else []
+        t0 = time.time()
+        p = subprocess.run([str(BIN / "mpirun"), "-np", "2", str(BIN / "gnnpipe-train"), "--dataset", "sbm",
+                            "--synth-nodes", "300", "--synth-features", "8", "--layers", "2", "--hidden", "8",
+                            "--no-progress", "--threads", "1", "--timeout", "60", "--eval-every", "1",
+                            "--epochs", "400", "--comm", comm, *extra, "--out", str(mnt / "run")],
+                           capture_output=True, text=True, timeout=120,
+                           env={**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        assert time.time() - t0 < 45
+        _one_line_error(p, str(mnt / "run"))
+        assert no_temp_left(mnt) == []

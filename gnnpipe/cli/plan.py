@@ -193,6 +193,21 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth:
     return "\n".join(lines)
 
 
+#: Deepest model the planner is asked about (the paper's models have 16-128 layers).
+MAX_LAYERS = 65536
+
+
+def _check_out_file(out: Path) -> None:
+    """An output file path whose folder exists or can be made, and which is not a folder."""
+    if out.is_dir():
+        raise GnnpipeError(f"--out {out}: is a directory; give a file name")
+    for anc in out.parents:
+        if anc.exists():
+            if not anc.is_dir():
+                raise GnnpipeError(f"--out {out}: {anc} is a file, not a folder")
+            break
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(argv or [])
     if argv and argv[0] == "calibrate":
@@ -202,6 +217,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.world < 1:
         raise GnnpipeError(f"--world: expected at least 1 rank, got {args.world}")
+    # A bound at the edge: the planner's loops grow with the depth.
+    if not 1 <= args.layers <= MAX_LAYERS:
+        raise GnnpipeError(f"--layers: expected an integer in [1, {MAX_LAYERS}], got {args.layers}")
     if args.top < 0:
         raise GnnpipeError(f"--top: expected >= 0, got {args.top}")
     factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
@@ -277,6 +295,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     if out.resolve().parent == profiles_dir().resolve():
         raise GnnpipeError(f"--out {out}: that is a shipped profile; write to {user_profiles_dir()}/ "
                            f"(or set ${PROFILE_DIR_ENV}) and pass --profile NAME or the path")
+    _check_out_file(out)  # before minutes of measuring, not after
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
     # torch, the models and the test harness load only for this subcommand (the planner's

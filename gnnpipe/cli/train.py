@@ -24,14 +24,14 @@ from typing import Sequence
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.checkpoint import find_checkpoint, read_commit
+from gnnpipe.checkpoint import CheckpointWriteError, find_checkpoint, read_commit
 from gnnpipe.cli import quiet_known_warnings
 from gnnpipe.comm import detect_launch, exit_process, init_communicator
 from gnnpipe.config import TrainConfig, build_parser, load_toml, parse_config
 from gnnpipe.train.guards import NonFiniteLossError, SetupError
 from gnnpipe.export import save_model
 from gnnpipe.train.loop import run_training
-from gnnpipe.train.rundir import open_run_dir
+from gnnpipe.train.rundir import MetricsWriteError, open_run_dir
 from gnnpipe.train.setup import apply_threads, gather_model_state, model_config
 
 log = logging.getLogger("gnnpipe.train")
@@ -65,6 +65,14 @@ def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfi
         raise GnnpipeError(f"{where}/COMMIT.json config: {e}") from None
 
 
+def _check_device(device: str) -> None:
+    """Refuse ``--device cuda`` where torch has no CUDA device (before any rank uses it)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        built = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
+        raise GnnpipeError(f"config field 'device' = 'cuda': no CUDA device available (torch {torch.__version__}, "
+                           f"{built}); use --device cpu")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``gnnpipe-train``: see the module docstring."""
     quiet_known_warnings()
@@ -95,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cfg, resume_run = config_for_resume(args, cfg)
             except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
                 raise SetupError(str(e)) from e
+        _check_device(cfg.device)
         apply_threads(cfg, launch)  # --threads, else the user's OMP_NUM_THREADS, else a share of the cores
         kind = cfg.comm
         if kind == "auto":
@@ -128,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if rank0:
             print(f"gnnpipe-train: error: {e}", file=sys.stderr)
-        elif comm is not None and not isinstance(e, (SetupError, NonFiniteLossError)):  # this rank's own failures (timeouts, dead peers)
+        elif comm is not None and not isinstance(e, (SetupError, NonFiniteLossError, CheckpointWriteError, MetricsWriteError)):  # this rank's own failures (timeouts, dead peers)
             print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

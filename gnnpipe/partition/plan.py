@@ -152,6 +152,9 @@ def _metis(indptr, indices, parts: int, objective: str, seed: int, weights, ewei
         ) from e
     if parts == 1:
         return np.zeros(indptr.size - 1, dtype=np.int64)
+    if not 0 <= int(seed) <= 2**31 - 1:  # METIS keeps its seed in a C int
+        raise GnnpipeError(f"seed: expected an integer in [0, 2**31-1] for METIS, got {seed} "
+                           "(use a smaller seed or --method random)")
     opts = pymetis.Options(seed=int(seed), objtype=int(pymetis.ObjType.VOL if objective == "vol" else pymetis.ObjType.CUT))
     # pymetis's idx_t is 64-bit: int64 arrays pass without a copy.
     res = pymetis.part_graph(

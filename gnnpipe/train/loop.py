@@ -29,7 +29,7 @@ from gnnpipe.parallel.alloc import lean_allocator
 from gnnpipe.train import setup
 from gnnpipe.train.guards import FiniteWatch, NonFiniteLossError, agree_on_epoch, agree_on_setup, nonfinite_message
 from gnnpipe.train.metrics import Reducer, bytes_delta, epoch_figures, epoch_record
-from gnnpipe.train.rundir import MetricsFile, write_json_atomic
+from gnnpipe.train.rundir import MetricsFile, append_metrics, write_json_atomic
 
 log = logging.getLogger("gnnpipe.train")
 
@@ -155,9 +155,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
                 if accs["val_acc"] > best["val_acc"]:
                     best = {"val_acc": accs["val_acc"], "test_acc": accs["test_acc"], "epoch": epoch}
             history.append(rec)
-            if mfile is not None:
-                mfile.write(json.dumps(rec) + "\n")
-                mfile.flush()
+            if out is not None:  # rank 0 appends; every rank learns if that failed (full disk)
+                append_metrics(comm, mfile, rec)
             if bar is not None:
                 post = {"loss": f"{loss:.4f}"}
                 if accs is not None:

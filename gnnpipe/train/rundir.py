@@ -144,12 +144,13 @@ def claim_run_dir(out: Path, resuming_here: bool, overwrite: bool) -> RunLock:
                            "wait for it to finish or choose another --out") from None
     lock = RunLock(lock_path, fd, created)
     try:
-        _check_contents(out, resuming_here, overwrite)
+        # The pid first, so that a run refused a moment later can name the holder.
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as e:
             raise GnnpipeError(f"--out {out}: cannot write {lock_path} ({_why(e)}); choose another --out") from None
+        _check_contents(out, resuming_here, overwrite)
     except BaseException:
         lock.release()  # removes the directory again if this call created it
         raise
@@ -246,6 +247,35 @@ def open_run_dir(comm, cfg, resume_run: Path | None) -> tuple[Path, RunLock | No
         comm.broadcast(msg, src=0, category="control")
         out = Path(bytes(msg.tolist()).rstrip(b"\0").decode())
     return out, lock
+
+
+class MetricsWriteError(GnnpipeError):
+    """``metrics.jsonl`` could not take an epoch's line; every rank raises it together."""
+
+
+def append_metrics(comm, mfile: "MetricsFile | None", rec: dict) -> None:
+    """Rank 0 appends ``rec`` as one line; every rank learns whether that worked (collective).
+
+    One 8-byte all-reduce per epoch (category ``metrics``, not counted in ``bytes_sent``), so
+    that a full disk on rank 0 stops every rank at once with one message, instead of rank 0
+    exiting and the others finding a dead peer.
+
+    Raises:
+        MetricsWriteError: on every rank when rank 0's write failed (its message on rank 0).
+    """
+    err: GnnpipeError | None = None
+    if mfile is not None:
+        try:
+            mfile.write(json.dumps(rec) + "\n")
+        except GnnpipeError as e:
+            err = e
+    if comm.world_size > 1:
+        t = torch.tensor([1 if err is not None else 0], dtype=torch.int64)
+        comm.all_reduce(t, op="max", category="metrics")
+        if int(t) and err is None:
+            raise MetricsWriteError(f"rank 0 could not append epoch {rec.get('epoch')} to metrics.jsonl")
+    if err is not None:
+        raise MetricsWriteError(str(err)) from None
 
 
 class MetricsFile:
