@@ -95,7 +95,9 @@ def test_missing_chunk_facts_are_estimated_with_a_note(cpu):
     assert any("per-chunk halo" in n for n in h.notes)
     h2 = predict(_stats(chunk_halo={8: 9000}), ModelSpec("gcnii", 8, 64), ParallelDims("hybrid", 2, 2, 8), cpu)
     assert not any("per-chunk halo" in n for n in h2.notes)
-    assert h2.bytes["halo"] == 2 * 4 * 64 * 8 * 9000
+    # each boundary row travels once per layer and direction: Σ_w M_w = 6000 rows, not the
+    # per-chunk 9000 (which prices only the gathers)
+    assert h2.bytes["halo"] == 2 * 4 * 64 * 8 * 6000
 
 
 def test_hybrid_pair_exchanges_do_not_wait(cpu):
@@ -249,7 +251,8 @@ def test_history_terms_follow_the_executor(cpu):
     assert p16.bytes == p32.bytes
     hyb = ParallelDims("hybrid", 2, 2, 8)
     h32, h16 = predict(st, f32, hyb, cpu), predict(st, b16, hyb, cpu)
-    way_rows = st.part(2).max_nodes  # a way's buffers hold its own part's rows only
+    # a way's buffers hold its own part's rows and its halo's (R_u beside H_u)
+    way_rows = st.part(2).max_nodes + st.part(2).max_halo
     x = h32.per_stage[1]
     trained = [u for u in units[x.units[0]:x.units[1]] if u.aggregates and not u.reads_features]
     assert x.mem["history"] == pytest.approx(2 * 4 * way_rows * sum(u.in_dim for u in trained))
