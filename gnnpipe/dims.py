@@ -148,6 +148,14 @@ class ParallelDims:
             return f"pipeline S={self.stages} C={self.chunks}"
         return f"hybrid D={self.ways} S={self.stages} C={self.chunks}"
 
+    def short(self) -> str:
+        """Compact name for tables and folders: ``G4``, ``P4c16``, ``H2x2c8``."""
+        if self.mode == "graph":
+            return f"G{self.ways}"
+        if self.mode == "pipeline":
+            return f"P{self.stages}c{self.chunks}"
+        return f"H{self.ways}x{self.stages}c{self.chunks}"
+
     # ------------------------------------------------------------------ coordinates
     def coords(self, rank: int) -> tuple[int, int]:
         """``rank -> (way, stage)``."""

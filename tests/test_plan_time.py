@@ -123,10 +123,9 @@ def test_optional_profile_fields_round_trip_and_validate(tmp_path, cpu):
 def test_validate_repredicts_stored_epoch_results(tmp_path, capsys):
     # A stored result of the quick case (measured numbers made up: nothing is timed here).
     from gnnpipe.bench.epoch import QUICK_CASES, world_topologies
-    from gnnpipe.bench import common as C
     from gnnpipe.cli.plan import main
 
-    rows = [{"case": "sbm2k-gcnii4", "world": 4, "mode": t.mode, "config": C.label(t), "measured_s": m,
+    rows = [{"case": "sbm2k-gcnii4", "world": 4, "mode": t.mode, "config": t.short(), "measured_s": m,
              "run_min_s": m, "run_max_s": m, "compute_s": m, "comm_s": 0.0, "bubble_s": 0.0}
             for t, m in zip(world_topologies(4), (0.1, 0.2, 0.3))]
     assert "sbm2k-gcnii4" in QUICK_CASES

@@ -97,7 +97,7 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                     p = predict(stats, spec, t, prof)
                     row = {"dataset": name, "nodes": stats.num_nodes, "edges": stats.num_edges,
                            "features": stats.num_features, "model": model, "layers": L, "hidden": hidden,
-                           "mode": t.mode, "config": C.label(t), "measured": L in measure,
+                           "mode": t.mode, "config": t.short(), "measured": L in measure,
                            "pred_halo": p.bytes["halo"], "pred_pipe": p.bytes["pipe"],
                            "pred_allreduce": p.bytes["allreduce"], "pred_total": p.bytes["total"]}
                     if t.mode == "hybrid":
@@ -108,7 +108,7 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                         row["sum_m_ways"] = stats.part(t.ways).sum_m
                     rows.append(row)
                     if L in measure:
-                        jname = f"{name}-{model}{L}-{C.label(t)}"
+                        jname = f"{name}-{model}{L}-{t.short()}"
                         row["job"] = jname
                         argv = ["--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
                                 "--hidden", str(hidden), "--epochs", "1", "--eval-every", "1000", "--seed", "0",

@@ -506,15 +506,6 @@ def topo_flags(topo) -> list[str]:
     return ["--mode", topo.mode, "--ways", str(topo.ways), "--stages", str(topo.stages), "--chunks", str(topo.chunks)]
 
 
-def label(topo) -> str:
-    """Short name of a topology for tables and folders: ``G4``, ``P4c16``, ``H2x2c8``."""
-    if topo.mode == "graph":
-        return f"G{topo.ways}"
-    if topo.mode == "pipeline":
-        return f"P{topo.stages}c{topo.chunks}"
-    return f"H{topo.ways}x{topo.stages}c{topo.chunks}"
-
-
 def call_quietly(fn: Callable[[], Any]) -> Any:
     """Run ``fn`` with gnnpipe's INFO logging muted (partitioning logs per call)."""
     lg = logging.getLogger("gnnpipe")

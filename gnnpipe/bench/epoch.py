@@ -67,9 +67,9 @@ def predict_case(stats, case: tuple, world: int, prof) -> tuple[dict, str]:
     _, _, model, L, d = case
     spec = ModelSpec(model, L, d)
     ranked = rank_configs(stats, spec, world, prof, chunk_factors=(4,), estimate=False)
-    measured_labels = {C.label(t) for t in world_topologies(world)}
-    ranked = [p for p in ranked if C.label(p.topology) in measured_labels]
-    return {C.label(t): predict(stats, spec, t, prof) for t in world_topologies(world)}, C.label(ranked[0].topology)
+    measured_labels = {t.short() for t in world_topologies(world)}
+    ranked = [p for p in ranked if p.topology.short() in measured_labels]
+    return {t.short(): predict(stats, spec, t, prof) for t in world_topologies(world)}, ranked[0].topology.short()
 
 
 def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: int = 3, epochs: int = 5,
@@ -88,13 +88,13 @@ def run(out: Path, quick: bool = False, worlds: Sequence[int] = (2, 4), runs: in
         for w in worlds:
             preds, firsts[(cname, w)] = predict_case(stats, case, w, prof)
             for t in world_topologies(w):
-                p = preds[C.label(t)]
+                p = preds[t.short()]
                 row = {"case": cname, "dataset": ds, "model": model, "layers": L, "hidden": d, "world": w,
-                       "mode": t.mode, "config": C.label(t), "pred_s": p.epoch_s, "pred_compute_s": p.compute_s,
+                       "mode": t.mode, "config": t.short(), "pred_s": p.epoch_s, "pred_compute_s": p.compute_s,
                        "pred_comm_s": p.comm_s, "pred_bubble_s": p.bubble_s, "pred_mem_gib": p.peak_mem_bytes / 2**30}
                 row["jobs"] = []
                 for r in range(runs):
-                    jname = f"{cname}-{C.label(t)}-r{r}"
+                    jname = f"{cname}-{t.short()}-r{r}"
                     row["jobs"].append(jname)
                     jobs.append(C.Job(jname, ["--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
                                               "--hidden", str(d), "--epochs", str(epochs), "--eval-every", "100000",

@@ -53,9 +53,9 @@ def run(out: Path, quick: bool = False, world: int = 4, only: Sequence[str] | No
         for t in topos:
             p = predict(stats, spec, t, prof)
             worst = max(p.per_stage, key=lambda s: s.mem_bytes)
-            jname = f"{cname}-{C.label(t)}"
+            jname = f"{cname}-{t.short()}"
             rows.append({"case": cname, "model": model, "layers": L, "hidden": d, "nodes": stats.num_nodes,
-                         "edges": stats.num_edges, "config": C.label(t), "mode": t.mode, "job": jname,
+                         "edges": stats.num_edges, "config": t.short(), "mode": t.mode, "job": jname,
                          "pred_mb": p.peak_mem_bytes / 2**20,
                          "pred_breakdown_mb": {k: v / 2**20 for k, v in worst.mem.items()}})
             # Snapshot every epoch: the history snapshot (taken every 23 epochs by default)

@@ -66,10 +66,10 @@ def prepare(data: Path, n: int, method: str, topos, log_path: Path) -> tuple[Pat
         parts, chunks = (t.ways, 1) if t.mode == "graph" else (t.ways, t.chunks)
         pdir = data / f"rmat-{n}-{method}-p{parts}-c{chunks}"
         if not (pdir / "META.json").exists():
-            times[f"partition_{C.label(t)}_s"] = _cli("gnnpipe-partition", [str(gdir), "--parts", str(parts), "--chunks",
+            times[f"partition_{t.short()}_s"] = _cli("gnnpipe-partition", [str(gdir), "--parts", str(parts), "--chunks",
                                                                            str(chunks), "--method", method, "--out",
                                                                            str(pdir), "--force"], log_path)
-        plans[C.label(t)] = pdir
+        plans[t.short()] = pdir
     return gdir, plans, times
 
 
@@ -81,7 +81,7 @@ def _stats(gdir: Path, plans: dict, topos):
     stats = GraphStats(int(g.num_nodes), int(g.num_edges), int(g.num_features), int(g.num_classes), None, g.name or "rmat")
     infos = {}
     for t in sorted(topos, key=lambda t: t.mode == "graph"):  # chunked plans first
-        plan = PartitionPlan.load(plans[C.label(t)])
+        plan = PartitionPlan.load(plans[t.short()])
         if t.ways == 1:
             ch, cn = chunk_facts_of_plan(g, plan)
             infos[1] = PartInfo(1, 0, int(g.num_nodes), int(g.num_edges), 0, "whole graph", {t.chunks: ch}, {t.chunks: cn})
@@ -120,15 +120,15 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
 
     if quick:
         sizes, method = (2000,), "random"
-    C.check_only(only, [C.label(t) for t in world_topologies(4)], "configuration")
+    C.check_only(only, [t.short() for t in world_topologies(4)], "configuration")
     out_dir = C.sub_dir(out, "scale", quick)
     data = out_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "prepare.log"
-    topos = [t for t in world_topologies(4) if not only or C.label(t) in only]
+    topos = [t for t in world_topologies(4) if not only or t.short() in only]
     if not topos:
         raise C.BenchError(f"--only {' '.join(only or [])}: no such configuration (have "
-                           f"{', '.join(C.label(t) for t in world_topologies(4))})")
+                           f"{', '.join(t.short() for t in world_topologies(4))})")
     prof = load_profile("cpu-this-machine")
     spec = ModelSpec(MODEL, LAYERS, HIDDEN)
     bf16 = history_dtype == "bfloat16"
@@ -141,7 +141,7 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
         for t in topos:
             lean = bf16 and t.mode != "graph"
             p = predict(stats, dataclasses.replace(spec, history_bytes=2 if lean else 4), t, prof)
-            label = C.label(t) + ("+bf16" if lean else "")
+            label = t.short() + ("+bf16" if lean else "")
             row = {"nodes": n, "edges": stats.num_edges, "config": label, "mode": t.mode, "partitioner": method,
                    "pred_s": p.epoch_s, "pred_mem_mb": p.peak_mem_bytes / 2**20, **times}
             need = ranks_memory(p, t)
@@ -155,10 +155,10 @@ def run(out: Path, quick: bool = False, sizes: Sequence[int] = SIZES, method: st
                 continue
             name = f"rmat{n}-{label}"
             dtype_flags = ["--history-dtype", "bfloat16"] if lean else []
-            res = C.run_jobs([C.Job(name, ["--lean-memory", "--dataset", str(gdir), "--plan", str(plans[C.label(t)]), "--model", MODEL,
+            res = C.run_jobs([C.Job(name, ["--lean-memory", "--dataset", str(gdir), "--plan", str(plans[t.short()]), "--model", MODEL,
                                            "--layers", str(LAYERS), "--hidden", str(HIDDEN), "--epochs", "2",
                                            "--eval-every", "100000", *C.topo_flags(t), *dtype_flags], t.world)],
-                             out_dir / "runs", fresh=True, progress=progress, desc=f"scale {n:,} {C.label(t)}",
+                             out_dir / "runs", fresh=True, progress=progress, desc=f"scale {n:,} {t.short()}",
                              timeout_s=3600)[name]
             row.update(C.load_fields([res]))
             if res["error"] or not res["metrics"]:

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.fsutil import describe, is_system_path
+from gnnpipe.fsutil import atomic_write_bytes, describe, is_system_path
 from gnnpipe.train.guards import agree_on_setup
 
 log = logging.getLogger("gnnpipe.rundir")
@@ -319,16 +319,4 @@ class MetricsFile:
 
 def write_json_atomic(path: Path, obj: dict) -> None:
     """``obj`` as JSON through a temp file and a rename; on failure one line, no temp left."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise GnnpipeError(f"{path}: write failed ({_why(e)})") from None
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
