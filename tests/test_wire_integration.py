@@ -102,6 +102,15 @@ def test_wire_formats_are_defined_once():
     assert f.default == "float32" and f.metadata["math"] and tuple(f.metadata["choices"]) == WIRE_FORMATS
 
 
+def test_a_checkpoint_from_before_wire_resumes_as_float32():
+    from gnnpipe.checkpoint import CheckpointMismatchError, compare_identity
+
+    old = {"seed": 0, "model": "gcn"}  # written before the wire field existed
+    compare_identity(old, {"seed": 0, "model": "gcn", "wire": "float32"}, "ckpt")
+    with pytest.raises(CheckpointMismatchError, match="wire: checkpoint 'float32', this run 'int8'"):
+        compare_identity(old, {"seed": 0, "model": "gcn", "wire": "int8"}, "ckpt")
+
+
 # ------------------------------------------------------------------ exact refuses lossy
 @pytest.mark.parametrize("fmt", LOSSY)
 def test_exact_refuses_a_lossy_wire_in_the_config(fmt):
