@@ -113,9 +113,10 @@ class HaloExchanger:
         h_local = h_local.detach()
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, False)
-            send = [self.wire.encode(h_local.index_select(0, idx), epoch=epoch, site=site, gid=g)
+            dev = h_local.device
+            send = [self.wire.encode(h_local.index_select(0, idx.to(dev)), epoch=epoch, site=site, gid=g.to(dev))
                     for idx, g in zip(self.send_idx, self.send_gid)]
-            buf = torch.empty((self.num_halo, self.wire.row_bytes(d)), dtype=torch.uint8)
+            buf = torch.empty((self.num_halo, self.wire.row_bytes(d)), dtype=torch.uint8, device=dev)
             recv = [buf[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
             if self.comm.world_size > 1:
                 self.comm.all_to_all(send, recv, category=category)
@@ -136,9 +137,10 @@ class HaloExchanger:
         send = [grad_halo[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, True)
-            send = [self.wire.encode(g, epoch=epoch, site=site, gid=gid) for g, gid in zip(send, self.recv_gid)]
+            dev = grad_halo.device
+            send = [self.wire.encode(g, epoch=epoch, site=site, gid=gid.to(dev)) for g, gid in zip(send, self.recv_gid)]
             rb = self.wire.row_bytes(d)
-            recv = [torch.empty((idx.numel(), rb), dtype=torch.uint8) for idx in self.send_idx]
+            recv = [torch.empty((idx.numel(), rb), dtype=torch.uint8, device=dev) for idx in self.send_idx]
             if self.comm.world_size > 1:
                 self.comm.all_to_all(send, recv, category=category)
             recv = [self.wire.decode(r, d) for r in recv]
