@@ -2,7 +2,7 @@
 losses are reproducible, and compressed training stays close to float32.
 
 Bytes: every mode (graph, pipeline, stale hybrid, exact hybrid) in every format sends, per
-epoch, exactly what :func:`gnnpipe.plan.predict` (the volume formulas with
+epoch, exactly what :func:`gnnpipe.cost.predict` (the volume formulas with
 ``row_bytes(d, wire)`` per row) says, category by category: ``halo_fwd + halo_bwd`` against
 ``halo``, ``pipe_act + pipe_grad`` against ``pipe``, the weight all-reduce (float32 always)
 against ``allreduce``.
@@ -31,7 +31,7 @@ from gnnpipe.dims import ParallelDims  # noqa: E402
 from gnnpipe.parallel import wire as wire_mod  # noqa: E402
 from gnnpipe.parallel.wire import WIRE_FORMATS, row_bytes  # noqa: E402
 from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes  # noqa: E402
-from gnnpipe.plan import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict  # noqa: E402
+from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 
 ENV = {"PYTHONPATH": f"{REPO}:{TESTS}", "OMP_NUM_THREADS": "1"}

@@ -30,6 +30,7 @@ from typing import Sequence
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.cli import ArgumentParser
+from gnnpipe.config import WIRE_FORMATS
 
 SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "report")
 
@@ -110,8 +111,6 @@ def check_args(args: argparse.Namespace) -> None:
 
 def _wire_list(s: str) -> list[str]:
     """``--wire`` for argparse: comma-separated wire formats."""
-    from gnnpipe.config import WIRE_FORMATS
-
     got = [x for x in s.split(",") if x]
     bad = [x for x in got if x not in WIRE_FORMATS]
     if not got or bad:
