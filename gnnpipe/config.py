@@ -22,6 +22,10 @@ from typing import Any, Sequence
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import MODES
 
+#: The wire formats of ``--wire`` (:mod:`gnnpipe.parallel.wire` encodes them and re-exports
+#: this tuple).
+WIRE_FORMATS = ("float32", "bfloat16", "int8", "int4")
+
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 #: Built-in models whose first unit aggregates the input features (its halo never travels).
@@ -85,6 +89,10 @@ class TrainConfig:
     history_dtype: str = _m("float32", "pipeline/hybrid: storage dtype of the historical embeddings, cross-chunk "
                             "gradients and snapshot (bfloat16 halves them; reads upcast to float32)",
                             choices=("float32", "bfloat16"))
+    wire: str = _m("float32", "format of every training message that carries embeddings or their gradients (halos, "
+                   "pipeline chunk activations, rows between hybrid ways): float32 exact; bfloat16 rounds; int8/int4 "
+                   "quantise each row with a scale and offset, stochastic rounding keyed by seed (evaluation and the "
+                   "weight all-reduce stay float32)", choices=WIRE_FORMATS)
     comm: str = _f("auto", "communicator: torch (Gloo/NCCL), mpi (mpi4py), auto (mpi under mpirun)", choices=("auto", "torch", "mpi"))
     device: str = _f("cpu", "cpu or cuda", choices=("cpu", "cuda"))
     threads: int = _f(0, "intra-op threads per rank (0: cores / ranks on this host)")
@@ -124,6 +132,9 @@ class TrainConfig:
                 bad(name, getattr(self, name), "an integer >= 0")
         if self.history_dtype not in ("float32", "bfloat16"):
             bad("history_dtype", self.history_dtype, "'float32' or 'bfloat16'")
+        if self.exact and self.wire != "float32":
+            raise GnnpipeError(f"--exact keeps float32 on the wire; --wire {self.wire} is lossy "
+                               "(drop --exact or use --wire float32)")
         if not 0.0 <= self.dropout < 1.0:
             bad("dropout", self.dropout, "a probability in [0, 1)")
         if self.lr <= 0:

@@ -30,6 +30,7 @@ from typing import Sequence
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.cli import ArgumentParser
+from gnnpipe.config import WIRE_FORMATS
 
 SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "report")
 
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--only", nargs="*", default=None, help="names to run (datasets, configurations); default all")
     ap.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     ap.add_argument("--measure", type=_int_list, default=None, help="comm: depths to measure, e.g. 8,16 (default 8,16)")
+    ap.add_argument("--wire", type=_wire_list, default=None,
+                    help="comm: wire formats to run every mode in, comma-separated from "
+                         "float32,bfloat16,int8,int4 (default float32)")
     ap.add_argument("--runs", type=int, default=None, help="epoch: repeated runs per configuration (default 3)")
     ap.add_argument("--epochs", type=int, default=None, help="epoch: epochs per run (default 5, first skipped); accuracy: override")
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="accuracy: seeds (default 0)")
@@ -105,6 +109,15 @@ def check_args(args: argparse.Namespace) -> None:
             C.check_only(args.only, known, "name(s)")
 
 
+def _wire_list(s: str) -> list[str]:
+    """``--wire`` for argparse: comma-separated wire formats."""
+    got = [x for x in s.split(",") if x]
+    bad = [x for x in got if x not in WIRE_FORMATS]
+    if not got or bad:
+        raise argparse.ArgumentTypeError(f"expected comma-separated formats from {','.join(WIRE_FORMATS)}, got {s!r}")
+    return got
+
+
 def _int_list(s: str) -> list[int]:
     """``_ints`` for argparse: a bad list is a usage error, not a traceback."""
     try:
@@ -148,6 +161,8 @@ def _dispatch(args: argparse.Namespace) -> str:
         from gnnpipe.bench import comm
 
         extra = {"measure": args.measure} if args.measure else {}
+        if args.wire:
+            extra["wire"] = args.wire
         return comm.run(args.out, only=args.only, **extra, **kw)[1]
     if args.sub == "epoch":
         from gnnpipe.bench import epoch

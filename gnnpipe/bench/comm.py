@@ -14,6 +14,11 @@ predicted. The G/P ratio (halo bytes of graph parallelism over pipeline bytes) i
 beside the paper's (GNNPIPE.md §4), predicted in the paper's setting (8 ranks, 32 layers,
 the paper's d) from Σ M_p of our 8-way METIS partition.
 
+``--wire F1,F2`` (formats of :data:`gnnpipe.parallel.wire.WIRE_FORMATS`; default float32)
+repeats every mode in each wire format (``gnnpipe-train --wire``): predicted bytes count
+``row_bytes(d, wire)`` per row, and the measured ones must still equal them. The ``G f32/P``
+column then puts float32 graph parallelism's halo bytes over each format's pipeline bytes.
+
 The Reddit-shaped graph is an SBM with Reddit's average degree (~492) and feature width
 (602) and 41 classes, but 4,000 nodes instead of 232,965 so that it fits here: its
 volumes are Reddit's shape, not Reddit's size.
@@ -25,9 +30,11 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
+from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 from gnnpipe.dims import ParallelDims
+from gnnpipe.parallel.wire import check_format
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +67,8 @@ def topologies(world: int = 4):
 
 
 def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure: Sequence[int] = (8, 16),
-        only: Sequence[str] | None = None, hidden: int = 100, progress: bool = True) -> tuple[list[dict], str]:
+        only: Sequence[str] | None = None, hidden: int = 100, progress: bool = True,
+        wire: Sequence[str] = ("float32",)) -> tuple[list[dict], str]:
     """Measure and predict; write ``out/comm/``.
 
     Args:
@@ -71,11 +79,18 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
         only: dataset names (keys of :data:`DATASETS`).
         hidden: d of the measured runs.
         progress: tqdm bar.
+        wire: wire formats to run every mode in (``--wire``).
 
     Returns:
         (rows, markdown summary).
     """
     C.check_only(only, DATASETS, "dataset")
+    wires = list(dict.fromkeys(wire))
+    for w in wires:
+        try:
+            check_format(w)
+        except ValueError as e:
+            raise GnnpipeError(f"--wire: {e}") from None
     dsets = QUICK if quick else {k: v for k, v in DATASETS.items() if not only or k in only}
     if quick:
         depths, measure = (4, 8), (4,)
@@ -91,13 +106,12 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
         stats = C.call_quietly(lambda: graph_stats_from_graph(
             graph, parts=[2, 4, 8], seed=0, chunks={k: v for k, v in chunk_counts(topos).items() if k > 1}))
         for model in models:
-            for L in depths:
-                spec = ModelSpec(model, L, hidden)
-                for t in topos:
+            for L, w, t in ((L, w, t) for L in depths for w in wires for t in topos):
+                    spec = ModelSpec(model, L, hidden, wire=w)
                     p = predict(stats, spec, t, prof)
                     row = {"dataset": name, "nodes": stats.num_nodes, "edges": stats.num_edges,
                            "features": stats.num_features, "model": model, "layers": L, "hidden": hidden,
-                           "mode": t.mode, "config": t.short(), "measured": L in measure,
+                           "mode": t.mode, "config": t.short(), "wire": w, "measured": L in measure,
                            "pred_halo": p.bytes["halo"], "pred_pipe": p.bytes["pipe"],
                            "pred_allreduce": p.bytes["allreduce"], "pred_total": p.bytes["total"]}
                     if t.mode == "hybrid":
@@ -108,11 +122,11 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                         row["sum_m_ways"] = stats.part(t.ways).sum_m
                     rows.append(row)
                     if L in measure:
-                        jname = f"{name}-{model}{L}-{t.short()}"
+                        jname = f"{name}-{model}{L}-{t.short()}" + (f"-{w}" if w != "float32" else "")
                         row["job"] = jname
                         argv = ["--dataset", ds, *C.synth_flags(synth), "--model", model, "--layers", str(L),
                                 "--hidden", str(hidden), "--epochs", "1", "--eval-every", "1000", "--seed", "0",
-                                *C.topo_flags(t)]
+                                *C.topo_flags(t), *(["--wire", w] if w != "float32" else [])]
                         jobs.append(C.Job(jname, argv, t.world))
             # The paper's setting: 8 ranks, 32 layers, the paper's d; bytes are exact formulas.
             ps = ModelSpec(model, 32, paper_d)
@@ -140,7 +154,7 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                     "meas_total": sum(m.values())})
         row["equal"] = (m["halo"], m["pipe"], m["allreduce"]) == (row["pred_halo"], row["pred_pipe"], row["pred_allreduce"])
         n_eq += row["equal"]
-    md = summarize(rows, paper_rows, n_eq, n_meas)
+    md = summarize(rows, paper_rows, n_eq, n_meas, wires)
     hy = [r for r in rows if r["mode"] == "hybrid" and "meas_total" in r]
     if hy:
         ratios = {}
@@ -152,21 +166,29 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                "would have sent Σ_w Σ_k M_w,k / Σ_w M_w times as much: "
                + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()) + ".")
     C.write_results(out_dir, rows, md, {"paper_setting": paper_rows, "measured_equal": n_eq, "measured": n_meas,
-                                        "measured_depths": list(measure), "reddit_shaped": REDDIT_SHAPED})
-    plot(rows, out_dir / "comm_volume.png")
+                                        "measured_depths": list(measure), "reddit_shaped": REDDIT_SHAPED,
+                                        "wire": wires})
+    plot([r for r in rows if r["wire"] == wires[0]], out_dir / "comm_volume.png")
     return rows, md
 
 
-def summarize(rows: list[dict], paper_rows: list[dict], n_eq: int, n_meas: int) -> str:
-    """The markdown summary: per (dataset, model, depth) the bytes of each mode and G/P."""
+def summarize(rows: list[dict], paper_rows: list[dict], n_eq: int, n_meas: int,
+              wires: Sequence[str] = ("float32",)) -> str:
+    """The markdown summary: per (dataset, model, depth[, wire]) the bytes of each mode and
+    G/P (with several wire formats: float32 graph parallelism's halo over each pipeline)."""
     gib = 2.0 ** 30
+    many = list(wires) != ["float32"]
     by: dict[tuple, dict[str, dict]] = {}
+    g32: dict[tuple, dict] = {}
     for r in rows:
-        by.setdefault((r["dataset"], r["model"], r["layers"]), {})[r["mode"]] = r
+        w = r.get("wire", "float32")
+        by.setdefault((r["dataset"], r["model"], r["layers"], w), {})[r["mode"]] = r
+        if r["mode"] == "graph" and w == "float32":
+            g32[(r["dataset"], r["model"], r["layers"])] = r
     out = [f"Measured bytes equal predicted bytes in {n_eq} of {n_meas} measured runs "
            "(halo, pipe and all-reduce categories each compared exactly).", ""]
     table = []
-    for (ds, model, L), modes in by.items():
+    for (ds, model, L, w), modes in by.items():
         g, p, h = modes.get("graph"), modes.get("pipeline"), modes.get("hybrid")
         meas = g["measured"]
         def cell(r):
@@ -181,10 +203,13 @@ def summarize(rows: list[dict], paper_rows: list[dict], n_eq: int, n_meas: int) 
             if r["measured"]:
                 return "failed"
             return f"{v:.4f}"
-        ratio = g["pred_halo"] / p["pred_pipe"] if p and p["pred_pipe"] else float("nan")
-        table.append([ds, f"{model}-{L}", "measured" if meas else "predicted", cell(g), cell(p), cell(h),
-                      f"{ratio:.1f}×"])
-    out.append(C.md_table(["graph", "model", "bytes", "G4 GiB", "P4 GiB", "H2x2 GiB", "G/P halo÷pipe"], table))
+        ref = g32.get((ds, model, L), g) if many else g
+        ratio = ref["pred_halo"] / p["pred_pipe"] if ref and p and p["pred_pipe"] else float("nan")
+        table.append([ds, f"{model}-{L}"] + ([w] if many else []) + ["measured" if meas else "predicted", cell(g),
+                     cell(p), cell(h), f"{ratio:.1f}×"])
+    out.append(C.md_table(["graph", "model"] + (["wire"] if many else [])
+                          + ["bytes", "G4 GiB", "P4 GiB", "H2x2 GiB", "G f32/P halo÷pipe" if many else "G/P halo÷pipe"],
+                          table))
     out += ["", "(Measured rows show the measured GiB; `=`: equal to plan.predict to the byte; `≠ X`: plan.predict "
             "said X. Totals include the weight all-reduce.)", "",
             "G/P in the paper's setting (8 ranks, 32 layers, the paper's d; predicted from our METIS Σ M_p):", ""]

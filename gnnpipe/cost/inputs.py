@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.config import MODELS
+from gnnpipe.config import MODELS, WIRE_FORMATS
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,9 @@ class ModelSpec:
         bytes_per_value: s (4 for float32).
         history_bytes: bytes per value of the pipeline's history, cross-chunk gradient and
             snapshot buffers (4: float32; 2: ``--history-dtype bfloat16``).
+        wire: ``--wire``, the format of the training messages (halos, chunk rows, rows
+            between ways): the predicted bytes count ``row_bytes(d, wire)`` per row
+            (:mod:`gnnpipe.partition.volume`); the predicted times do not model it yet.
     """
 
     model: str = "gcn"
@@ -115,6 +118,7 @@ class ModelSpec:
     heads: int = 1
     bytes_per_value: int = 4
     history_bytes: int = 4
+    wire: str = "float32"
 
     def __post_init__(self) -> None:
         if self.model.lower() not in MODELS:
@@ -125,6 +129,8 @@ class ModelSpec:
                 raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
         if self.history_bytes not in (2, 4):
             raise GnnpipeError(f"history_bytes: expected 4 (float32) or 2 (bfloat16), got {self.history_bytes}")
+        if self.wire not in WIRE_FORMATS:
+            raise GnnpipeError(f"wire: expected one of {', '.join(WIRE_FORMATS)}, got {self.wire!r}")
         if self.model == "gat" and self.hidden % self.heads:
             raise GnnpipeError(f"hidden: {self.hidden} is not a multiple of heads={self.heads} (gat)")
 

@@ -309,7 +309,8 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     halo_s = 2 * n_x * per_exchange
     params = param_count(stats, spec)
     ar_s = _allreduce_time(prof, ranks, params * 4.0) + (sync if P > 1 else 0.0)
-    halo_bytes = volume.graph_parallel_bytes(pi.sum_m, stats.num_features, spec.layers, d, s, spec.model, "ours")
+    halo_bytes = volume.graph_parallel_bytes(pi.sum_m, stats.num_features, spec.layers, d, s, spec.model, "ours",
+                                             wire=spec.wire)
     ar_bytes = params * 4 * P if P > 1 else 0
     opt = _opt_time(prof, params) * slow
     # Memory of the largest part.
@@ -501,10 +502,10 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     comm = exposed_pipe + halo_T[i_max] + ar_s
     bubble = max(0.0, pipe_epoch - compute - halo_T[i_max] - exposed_pipe)
     epoch = compute + comm + bubble + opt
-    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0)
+    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0, wire=spec.wire)
     halo_bytes = volume.hybrid_bytes(N, halo_m, stats.num_features, spec.layers, d, S, D, s,
-                                     spec.model, h0=spec.h0) - pipe_bytes
-    if C > 1:  # stale hybrid halo rows and their gradients travel in the history's dtype
+                                     spec.model, h0=spec.h0, wire=spec.wire) - pipe_bytes
+    if C > 1 and spec.wire == "float32":  # stale hybrid, float32 wire: rows travel in the history's dtype
         halo_bytes = halo_bytes * spec.history_bytes // s
     ar_bytes = params_total * 4 * D if D > 1 else 0
     worst = max(stages, key=lambda x: x.mem_bytes)

@@ -32,6 +32,7 @@ from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.halo import build_way_link
 from gnnpipe.parallel.runtime import PipelineExecutor
 from gnnpipe.parallel.stage import LocalHistory, PipelineStage, carry_keys_after
+from gnnpipe.parallel.wire import FLOAT32, Wire
 from gnnpipe.partition import assign_layers, layer_costs, load_local_part, relabel_graph
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def check_layout(dims: ParallelDims, mcfg: ModelConfig) -> None:
 
 def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opts: StaleOptions, *,
                    seed: int, optimizer: OptimizerFactory, history_dtype: str = "float32",
-                   device: str = "cpu") -> Executor:
+                   device: str = "cpu", wire: Wire = FLOAT32) -> Executor:
     """This rank's executor.
 
     Args:
@@ -74,6 +75,11 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         optimizer: builds this rank's optimizer over the parameters it owns.
         history_dtype: storage dtype name of the pipeline's history buffers.
         device: where graph mode puts the features.
+        wire: the wire format of every training message that carries embeddings or their
+            gradients (halos, chunk activations, rows between ways); evaluation and the
+            weight all-reduce stay float32. The trainer's config refuses ``--exact`` with a
+            lossy format (exact mode equals the one-process run); this layer builds what it
+            is given, so the exact hybrid's exchanger can be measured in every format.
 
     Raises:
         GnnpipeError: the layout does not fit the world, the plan or the model.
@@ -85,21 +91,22 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
     check_layout(dims, mcfg)
     num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
     if dims.mode == "graph":
-        return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device)
-    return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype)
+        return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire)
+    return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire)
 
 
-def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device) -> GraphParallelExecutor:
+def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire) -> GraphParallelExecutor:
     local = load_local_part(graph, plan, comm.rank)
     halo_rows = plan.perm[np.asarray(local.halo.recv_ids, dtype=np.int64)]
     halo_x = gather_feature_rows(graph.features, halo_rows)
     model = build_model(mcfg, seed=seed)
     opt = optimizer(list(model.parameters()))
     return GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=seed,
-                                 multilabel=graph.multilabel, device=device)
+                                 multilabel=graph.multilabel, device=device, wire=wire)
 
 
-def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype) -> PipelineExecutor:
+def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,
+                    wire) -> PipelineExecutor:
     """Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's
     parts) of ``S`` stages, ``rank = way·S + stage``."""
     D, S, C = dims.ways, dims.stages, dims.chunks
@@ -127,7 +134,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     chunks = chunks_all[way * C : (way + 1) * C]
     pipe, cross = build_groups(comm, dims)
     # the stage's neighbour rows: its own history, or the other ways' through the link
-    source = build_way_link(cross, plan, chunks_all, way, C, opts.exact) if D > 1 else LocalHistory(chunks)
+    source = build_way_link(cross, plan, chunks_all, way, C, opts.exact, wire) if D > 1 else LocalHistory(chunks)
     is_last = s_idx == S - 1
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     out_keys = carry_keys_after(units, b) if not is_last else ()
@@ -140,7 +147,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = optimizer(params) if params else _NoOpt()
     ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, seed,
-                          cross=cross, world=comm, dims=dims)
+                          cross=cross, world=comm, dims=dims, wire=wire)
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
     return ex

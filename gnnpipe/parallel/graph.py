@@ -7,7 +7,9 @@ way and are added into the owners' rows. Weight gradients are all-reduced once p
 and every rank steps an identical optimizer: full-batch semantics, identical to a
 one-process run of the same model up to floating-point summation order.
 
-What travels, per epoch (bytes as handed to the communicator, ``s`` bytes per value):
+What travels, per epoch (bytes as handed to the communicator, ``s`` bytes per value; with a
+lossy ``--wire`` format ``row_bytes(d_in, wire)`` per row instead of ``d_in · s``, see
+:mod:`gnnpipe.parallel.wire`; evaluation halos stay float32):
 
 * ``halo_fwd``: for every aggregating unit except one whose input is the constant input
   features: ``Σ_p M_p · d_in · s`` (``M_p`` halo rows of part ``p``);
@@ -33,6 +35,7 @@ from gnnpipe.models.block import Block
 from gnnpipe.parallel.features import concat_rows, features_to_tensor
 from gnnpipe.parallel.executor import EpochResult, Executor, allreduce_grads, reduce_accuracies, split_counts, wait_seconds
 from gnnpipe.parallel.halo import HaloExchanger, with_halo
+from gnnpipe.parallel.wire import FLOAT32, Wire
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +52,11 @@ class GraphParallelExecutor(Executor):
         num_train_global: number of training nodes in the whole graph (loss normaliser).
         seed: dropout seed.
         multilabel: BCE instead of cross-entropy.
+        wire: the wire format of the training halos (forward rows and their gradients).
     """
 
     def __init__(self, comm, local, halo_features, model: GNN, optimizer, num_train_global: int,
-                 seed: int = 0, multilabel: bool = False, device: str = "cpu") -> None:
+                 seed: int = 0, multilabel: bool = False, device: str = "cpu", wire: Wire = FLOAT32) -> None:
         self.comm = comm
         self.dims = ParallelDims("graph", ways=comm.world_size)
         self.local = local
@@ -65,11 +69,13 @@ class GraphParallelExecutor(Executor):
         halo = local.halo
         n = int(local.num_local)
         self.num_local = n
-        self.exchanger = HaloExchanger(comm, n, halo.send_idx, halo.recv_counts)
-        # Dropout masks are keyed by ORIGINAL node ids, so they do not depend on the plan:
-        # runs on any number of ranks draw the same masks as the one-process run.
+        # Dropout masks (and a lossy wire's rounding) are keyed by ORIGINAL node ids, so they
+        # do not depend on the plan: runs on any number of ranks draw the same masks as the
+        # one-process run.
         gid_local = np.asarray(local.orig_ids, dtype=np.int64)
         gid_halo = np.asarray(local.halo_orig_ids, dtype=np.int64)
+        self.exchanger = HaloExchanger(comm, n, halo.send_idx, halo.recv_counts, wire=wire,
+                                       gid_local=gid_local, gid_halo=gid_halo)
         self.block = Block(
             indptr=torch.as_tensor(np.asarray(local.indptr, dtype=np.int64)),
             indices=torch.as_tensor(np.asarray(local.indices, dtype=np.int64)),
@@ -105,7 +111,7 @@ class GraphParallelExecutor(Executor):
             if unit.aggregates:
                 if i > 0:  # unit 0's sources are the constant features, halo included
                     if ctx.training:
-                        h_src = with_halo(h, self.exchanger)
+                        h_src = with_halo(h, self.exchanger, ctx.epoch, i)
                     else:
                         h_src = torch.cat([h, self.exchanger.exchange(h, "eval")], dim=0)
                 h, carry = unit(h, carry, ctx, block=self.block, h_src=h_src)

@@ -8,6 +8,15 @@ the halo rows' gradients home, where they are added into the owners' rows.
 the ways' history buffers once per unit and epoch, at its owner's slot, into the readers'
 remote-row buffers, and batches the gradients of those rows until their owner's backward
 slot (its docstring states the semantics exactly).
+
+Wire formats (``--wire``, :mod:`gnnpipe.parallel.wire`): every training message here
+(forward rows and backward gradients) is encoded per peer with the run's
+:class:`gnnpipe.parallel.wire.Wire` and decoded on arrival; the rounding is keyed by the
+seed, the epoch, the site ``message_site(kind, unit, backward)`` (kind ``KIND_HALO`` for
+:class:`HaloExchanger`, ``KIND_WAY`` for the stale :class:`WayLink`; ``unit`` the global
+index of the aggregating unit that reads the rows) and each row's ORIGINAL node id. float32
+keeps the plain path (rows sent as they are, no copy). Evaluation exchanges (``epoch`` not
+given) are always float32: evaluation is exact full-graph inference.
 """
 
 from __future__ import annotations
@@ -18,35 +27,41 @@ import numpy as np
 import torch
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.parallel.wire import FLOAT32, KIND_HALO, KIND_WAY, Wire, message_site
 
 
-def with_halo(h_local: torch.Tensor, ex: "HaloExchanger") -> torch.Tensor:
+def with_halo(h_local: torch.Tensor, ex: "HaloExchanger", epoch: int | None = None,
+              unit: int = 0) -> torch.Tensor:
     """``[h_local; halo rows]`` inside autograd: the halo rows' gradients go home in backward.
 
     Args:
         h_local: [num_local, d] this part's rows.
         ex: the part's :class:`HaloExchanger`.
+        epoch, unit: the training epoch and the global index of the unit that reads the
+            rows (the rounding keys of a lossy wire format); without ``epoch`` both
+            directions travel in float32.
     Returns:
         [num_local + num_halo, d].
     """
-    return _HaloExchange.apply(h_local, ex)
+    return _HaloExchange.apply(h_local, ex, epoch, unit)
 
 
 class _HaloExchange(torch.autograd.Function):
     """Forward: [local rows] → [local rows; halo rows]; backward: halo grads go home."""
 
     @staticmethod
-    def forward(ctx, h_local: torch.Tensor, ex: "HaloExchanger") -> torch.Tensor:
+    def forward(ctx, h_local: torch.Tensor, ex: "HaloExchanger", epoch, unit) -> torch.Tensor:
         ctx.ex = ex
-        return torch.cat([h_local, ex.exchange(h_local, ex.fwd_category)], dim=0)
+        ctx.key = (epoch, unit)
+        return torch.cat([h_local, ex.exchange(h_local, ex.fwd_category, epoch, unit)], dim=0)
 
     @staticmethod
     def backward(ctx, grad_src: torch.Tensor):
         ex: HaloExchanger = ctx.ex
         n = ex.num_local
         grad_local = grad_src[:n].clone()
-        ex.return_grads(grad_src[n:].contiguous(), grad_local, ex.bwd_category)
-        return grad_local, None
+        ex.return_grads(grad_src[n:].contiguous(), grad_local, ex.bwd_category, *ctx.key)
+        return grad_local, None, None, None
 
 
 class HaloExchanger:
@@ -57,10 +72,14 @@ class HaloExchanger:
         num_local: rows this rank owns.
         send_idx: per peer, local row offsets to send (sorted as the peer's halo expects).
         recv_counts: per peer, halo rows received (halo rows are ordered by owner).
+        wire: the wire format of training messages (float32 by default).
+        gid_local, gid_halo: int64 ORIGINAL node ids of the local rows [num_local] and of the
+            halo rows [num_halo] (the rounding keys; needed only by a lossy ``wire``).
     """
 
     def __init__(self, comm, num_local: int, send_idx: list, recv_counts,
-                 fwd_category: str = "halo_fwd", bwd_category: str = "halo_bwd") -> None:
+                 fwd_category: str = "halo_fwd", bwd_category: str = "halo_bwd", *,
+                 wire: Wire = FLOAT32, gid_local=None, gid_halo=None) -> None:
         self.comm = comm
         self.fwd_category = fwd_category
         self.bwd_category = bwd_category
@@ -69,11 +88,39 @@ class HaloExchanger:
         self.recv_counts = [int(c) for c in recv_counts]
         self.num_halo = int(sum(self.recv_counts))
         self.recv_off = np.concatenate([[0], np.cumsum(self.recv_counts)]).astype(np.int64)
+        self.wire = wire
+        if wire.lossy:
+            if gid_local is None or gid_halo is None:
+                raise GnnpipeError(f"internal: a halo exchange in {wire.fmt} needs the rows' original ids")
+            gl = torch.as_tensor(np.asarray(gid_local, dtype=np.int64))
+            gh = torch.as_tensor(np.asarray(gid_halo, dtype=np.int64))
+            if gl.shape != (self.num_local,) or gh.shape != (self.num_halo,):
+                raise GnnpipeError(f"internal: original ids {tuple(gl.shape)} / {tuple(gh.shape)} for "
+                                   f"{self.num_local} local and {self.num_halo} halo rows")
+            # per peer: the original ids of the rows sent forward and of the gradients sent back
+            self.send_gid = [gl.index_select(0, idx) for idx in self.send_idx]
+            self.recv_gid = [gh[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
 
-    def exchange(self, h_local: torch.Tensor, category: str) -> torch.Tensor:
-        """Halo rows [num_halo, d] of ``h_local`` as owned by the peers."""
+    def exchange(self, h_local: torch.Tensor, category: str, epoch: int | None = None,
+                 unit: int = 0) -> torch.Tensor:
+        """Halo rows [num_halo, d] of ``h_local`` as owned by the peers.
+
+        With ``epoch`` (a training message) the rows travel in the wire format, keyed by
+        ``(seed, epoch, message_site(KIND_HALO, unit, False), original id)``; without it in
+        float32 (evaluation).
+        """
         d = h_local.shape[1]
         h_local = h_local.detach()
+        if epoch is not None and self.wire.lossy:
+            site = message_site(KIND_HALO, unit, False)
+            dev = h_local.device
+            send = [self.wire.encode(h_local.index_select(0, idx.to(dev)), epoch=epoch, site=site, gid=g.to(dev))
+                    for idx, g in zip(self.send_idx, self.send_gid)]
+            buf = torch.empty((self.num_halo, self.wire.row_bytes(d)), dtype=torch.uint8, device=dev)
+            recv = [buf[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
+            if self.comm.world_size > 1:
+                self.comm.all_to_all(send, recv, category=category)
+            return self.wire.decode(buf, d)
         send = [h_local.index_select(0, idx) for idx in self.send_idx]
         out = h_local.new_empty((self.num_halo, d))
         recv = [out[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
@@ -81,13 +128,26 @@ class HaloExchanger:
             self.comm.all_to_all(send, recv, category=category)
         return out
 
-    def return_grads(self, grad_halo: torch.Tensor, grad_local: torch.Tensor, category: str) -> None:
-        """Send halo-row gradients to their owners; add what comes back into ``grad_local``."""
+    def return_grads(self, grad_halo: torch.Tensor, grad_local: torch.Tensor, category: str,
+                     epoch: int | None = None, unit: int = 0) -> None:
+        """Send halo-row gradients to their owners; add what comes back into ``grad_local``.
+
+        With ``epoch``, in the wire format at ``message_site(KIND_HALO, unit, True)``."""
         d = grad_halo.shape[1]
         send = [grad_halo[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
-        recv = [grad_local.new_empty((idx.numel(), d)) for idx in self.send_idx]
-        if self.comm.world_size > 1:
-            self.comm.all_to_all(send, recv, category=category)
+        if epoch is not None and self.wire.lossy:
+            site = message_site(KIND_HALO, unit, True)
+            dev = grad_halo.device
+            send = [self.wire.encode(g, epoch=epoch, site=site, gid=gid.to(dev)) for g, gid in zip(send, self.recv_gid)]
+            rb = self.wire.row_bytes(d)
+            recv = [torch.empty((idx.numel(), rb), dtype=torch.uint8, device=dev) for idx in self.send_idx]
+            if self.comm.world_size > 1:
+                self.comm.all_to_all(send, recv, category=category)
+            recv = [self.wire.decode(r, d) for r in recv]
+        else:
+            recv = [grad_local.new_empty((idx.numel(), d)) for idx in self.send_idx]
+            if self.comm.world_size > 1:
+                self.comm.all_to_all(send, recv, category=category)
         for idx, g in zip(self.send_idx, recv):
             if idx.numel():
                 grad_local.index_add_(0, idx, g)
@@ -139,7 +199,12 @@ class WayLink:
       are dropped when the stage zeroes it at the end of the epoch.
     * **Bytes**: per unit and epoch every (row, needing way) pair travels once forward and
       once backward: ``2·s·d·Σ_w M_w``, graph parallelism's halo volume over the same
-      parts.
+      parts (float32 wire: ``s`` is the history's bytes per value, the rows are sent as
+      stored; a lossy wire format: ``row_bytes(d, wire)`` per row instead of ``s·d``).
+    * **Wire**: a lossy format encodes the pushed rows at ``message_site(KIND_WAY, unit,
+      False)`` and the gradients at ``message_site(KIND_WAY, unit, True)``, keyed by the
+      rows' original ids (:attr:`gid_own`, :attr:`gid_halo`); each receiver decodes into
+      ``R_u`` (``G_u``). A row pushed to several ways rounds the same way for all of them.
     * **Evaluation**: :meth:`push` with ``k=None`` sends every halo row at once (current
       rows), then :meth:`read` per chunk.
 
@@ -162,6 +227,9 @@ class WayLink:
         pull[k][q]: ``(a, b)``: the rows ``R_u[a:b]`` that hold way q's chunk k (empty for
             q = this way).
         exchanger: exact mode: the autograd halo exchange of the whole part.
+        wire: the wire format of training messages.
+        gid_own, gid_halo: int64 original node ids of ``H_u``'s rows (this part) and of
+            ``R_u``'s rows (:attr:`halo_ids`): the rounding keys of a lossy ``wire``.
     """
 
     comm: object
@@ -175,6 +243,9 @@ class WayLink:
     push_rows: list
     pull: list
     exchanger: object = None
+    wire: Wire = FLOAT32
+    gid_own: torch.Tensor | None = None
+    gid_halo: torch.Tensor | None = None
 
     collective = True
 
@@ -201,9 +272,10 @@ class WayLink:
         """Rows in chunk k's ``nbr_ids``: this part's and every other way's."""
         return self.own_pos[k].numel() + self.remote_pos[k].numel()
 
-    def with_fresh(self, h: torch.Tensor) -> torch.Tensor:
-        """Exact hybrid: ``[h; halo rows]`` of the whole part, exchanged inside autograd."""
-        return with_halo(h, self.exchanger)
+    def with_fresh(self, h: torch.Tensor, epoch: int | None = None, unit: int = 0) -> torch.Tensor:
+        """Exact hybrid: ``[h; halo rows]`` of the whole part, exchanged inside autograd
+        (``epoch``, ``unit``: the wire keys, as :func:`with_halo`)."""
+        return with_halo(h, self.exchanger, epoch, unit)
 
     def _sends(self, k: int | None) -> list:
         """Per way q: the rows of ``H_u`` it gets (chunk k's; every chunk's for None)."""
@@ -217,10 +289,27 @@ class WayLink:
             return self.pull[k]
         return [(self.pull[0][q][0], self.pull[-1][q][1]) for q in range(len(self.pull[0]))]
 
-    def push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int | None, category: str = "halo_fwd") -> None:
+    def push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int | None, category: str = "halo_fwd",
+             epoch: int | None = None, unit: int = 0) -> None:
         """Every way sends the rows of its chunk ``k`` (every chunk: None) of ``buf`` that
         the others' halos hold; this way's ``rbuf`` rows of the others' chunk ``k`` are
-        overwritten with theirs (one all-to-all; every way takes part)."""
+        overwritten with theirs (one all-to-all; every way takes part). With ``epoch`` (a
+        training push) in the wire format, keyed by ``unit`` (the global unit index);
+        without it as stored (evaluation)."""
+        if epoch is not None and self.wire.lossy:
+            d = buf.shape[1]
+            site = message_site(KIND_WAY, unit, False)
+            send = [self.wire.encode(buf.index_select(0, rows), epoch=epoch, site=site,
+                                     gid=self.gid_own.index_select(0, rows)) for rows in self._sends(k)]
+            sl = self._slices(k)
+            rb = self.wire.row_bytes(d)
+            recv = [torch.empty((b - a, rb), dtype=torch.uint8) for a, b in sl]
+            if self.comm.world_size > 1:
+                self.comm.all_to_all(send, recv, category=category)
+            for (a, b), got in zip(sl, recv):
+                if b > a:
+                    rbuf[a:b] = self.wire.decode(got, d)
+            return
         send = [buf.index_select(0, rows) for rows in self._sends(k)]
         recv = [rbuf[a:b] for a, b in self._slices(k)]
         if self.comm.world_size > 1:
@@ -240,18 +329,30 @@ class WayLink:
         acc_rows(gacc, self.own_rows[k], grad.index_select(0, self.own_pos[k]))
         acc_rows(gremote, self.remote_rows[k], grad.index_select(0, self.remote_pos[k]))
 
-    def before_backward(self, k: int, gacc: dict, gremote: dict) -> None:
+    def before_backward(self, k: int, gacc: dict, gremote: dict, epoch: int | None = None,
+                        unit0: int = 0) -> None:
         """The backward slot of local chunk ``k``, before its autograd backward: per unit
         (ascending position), every way sends each owner its ``gremote`` rows of the
         owner's chunk ``k`` and zeroes them; the owners add them into ``gacc`` (one
-        all-to-all per unit; every way takes part)."""
+        all-to-all per unit; every way takes part). With ``epoch``, in the wire format,
+        keyed by the global unit index ``unit0 + position``."""
         for pos in sorted(gacc):
             g, gr = gacc[pos], gremote[pos]
             d = g.shape[1]
             send = [gr[a:b] for a, b in self.pull[k]]
-            recv = [g.new_empty((rows.numel(), d)) for rows in self.push_rows[k]]
-            if self.comm.world_size > 1:
-                self.comm.all_to_all(send, recv, category="halo_bwd")
+            if epoch is not None and self.wire.lossy:
+                site = message_site(KIND_WAY, unit0 + pos, True)
+                wire_send = [self.wire.encode(t, epoch=epoch, site=site, gid=self.gid_halo[a:b])
+                             for t, (a, b) in zip(send, self.pull[k])]
+                rb = self.wire.row_bytes(d)
+                recv = [torch.empty((rows.numel(), rb), dtype=torch.uint8) for rows in self.push_rows[k]]
+                if self.comm.world_size > 1:
+                    self.comm.all_to_all(wire_send, recv, category="halo_bwd")
+                recv = [self.wire.decode(r, d) for r in recv]
+            else:
+                recv = [g.new_empty((rows.numel(), d)) for rows in self.push_rows[k]]
+                if self.comm.world_size > 1:
+                    self.comm.all_to_all(send, recv, category="halo_bwd")
             for rows, got in zip(self.push_rows[k], recv):
                 if rows.numel():
                     acc_rows(g, rows, got)
@@ -259,11 +360,13 @@ class WayLink:
                 t.zero_()
 
 
-def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool) -> WayLink:
+def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool,
+                   wire: Wire = FLOAT32) -> WayLink:
     """The :class:`WayLink` of ``way`` from every way's chunks (all ranks know the plan).
 
     ``chunks_all``: every chunk of every way (way-major, ``chunks_per_way`` each), with
-    its ``lo``, ``hi`` and ``nbr_ids`` (a block only for this way's own chunks).
+    its ``lo``, ``hi`` and ``nbr_ids`` (a block only for this way's own chunks). ``wire``:
+    the wire format of the training messages between ways (original ids from ``plan.perm``).
     """
     D, C = plan.num_parts, chunks_per_way
     part_ptr = np.asarray(plan.part_ptr, dtype=np.int64)
@@ -296,11 +399,14 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
             theirs = chunks_all[q * C + k]
             sl.append((int(np.searchsorted(halo, theirs.lo)), int(np.searchsorted(halo, theirs.hi))))
         pull.append(sl)
+    perm = np.asarray(plan.perm, dtype=np.int64)
+    gid_own, gid_halo = torch.from_numpy(perm[lo:hi].copy()), torch.from_numpy(perm[halo])
     link = WayLink(cross, lo, hi, torch.from_numpy(halo), own_pos, own_rows, remote_pos, remote_rows,
-                   push_rows, pull)
+                   push_rows, pull, wire=wire, gid_own=gid_own, gid_halo=gid_halo)
     if exact:
         if C != 1:
             raise GnnpipeError("internal: exact hybrid runs one chunk per way")
         link.exchanger = HaloExchanger(cross, hi - lo, [r.numpy() for r in push_rows[0]],
-                                       [b - a for a, b in pull[0]])
+                                       [b - a for a, b in pull[0]], wire=wire, gid_local=gid_own,
+                                       gid_halo=gid_halo)
     return link

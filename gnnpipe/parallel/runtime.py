@@ -7,6 +7,14 @@ Each rank (stage) runs :class:`PipelineExecutor`, which takes its list from
 activations (and GCNII's ``h0``) and their gradients between neighbour stages, ``OPT``
 all-reduces the weight gradients across ways and steps the optimizer. Only chunk
 activations travel between stages; no halo exchange.
+
+Wire formats (``--wire``): a training message is one wire row per node, the concatenated
+``[h | carry]`` row encoded as ONE row of width ``d + len(carry)·d`` (one header for int8 /
+int4), keyed by the seed, the epoch, ``message_site(KIND_PIPE, unit, backward)`` with
+``unit`` the receiving side's first unit (the same on both stages of a boundary) and the
+chunk's original node ids; receive buffers are uint8 ``[n_k, row_bytes(width, fmt)]``.
+float32 sends the float rows as they are. Evaluation messages always travel in float32:
+evaluation is exact full-graph inference.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from gnnpipe.models import RunCtx
 from gnnpipe.parallel.executor import (EpochResult, Executor, StaleOptions, allreduce_grads, reduce_accuracies,
                                        split_counts, wait_seconds)
 from gnnpipe.parallel.stage import PipelineStage
+from gnnpipe.parallel.wire import FLOAT32, KIND_PIPE, Wire, message_site
 from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, validate
 
 # Chunk messages use tags 2k (activations) and 2k+1 (gradients); evaluation uses its own.
@@ -38,11 +47,12 @@ class PipelineExecutor(Executor):
         model: the whole model (this rank only steps its own units' parameters).
         optimizer: over this stage's parameters.
         carry_in_keys / carry_dims: what arrives with each chunk from the previous stage.
+        wire: the wire format of training chunk messages (float32 by default).
     """
 
     def __init__(self, comm, stage: PipelineStage, params, optimizer, num_stages: int,
                  carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int,
-                 cross=None, world=None, dims: ParallelDims | None = None) -> None:
+                 cross=None, world=None, dims: ParallelDims | None = None, wire: Wire = FLOAT32) -> None:
         self.comm = comm
         self.cross = cross
         self.world = world if world is not None else comm
@@ -55,6 +65,7 @@ class PipelineExecutor(Executor):
         self.carry_dim = carry_dim
         self.opts = opts
         self.seed = seed
+        self.wire = wire
         self.C = len(stage.chunks)
         ways = cross.world_size if cross is not None else 1
         self.dims = dims or ParallelDims("hybrid" if ways > 1 else "pipeline", ways=ways, stages=num_stages, chunks=self.C)
@@ -76,6 +87,24 @@ class PipelineExecutor(Executor):
 
     def _width(self, d: int, keys: tuple) -> int:
         return d + len(keys) * self.carry_dim
+
+    def _site(self, backward: bool) -> int:
+        """The wire site of this stage's outgoing training message: the boundary is named
+        by the first unit after it (the next stage's first forward, this stage's first for
+        gradients), so both stages of a boundary agree."""
+        unit = self.stage.first_unit if backward else self.stage.first_unit + len(self.stage.units)
+        return message_site(KIND_PIPE, unit, backward)
+
+    def _encode(self, msg: torch.Tensor, k: int, epoch: int, backward: bool) -> torch.Tensor:
+        """A packed training message of chunk ``k`` on the wire (float32: unchanged)."""
+        if not self.wire.lossy:
+            return msg
+        return self.wire.encode(msg, epoch=epoch, site=self._site(backward), gid=self.stage.chunks[k].block.dst_gid)
+
+    def _recv_buffer(self, n: int, width: int) -> torch.Tensor:
+        if not self.wire.lossy:
+            return torch.empty(n, width)
+        return torch.empty((n, self.wire.row_bytes(width)), dtype=torch.uint8)
 
     def train_epoch(self, epoch: int) -> EpochResult:
         """Interpret this stage's lowered action list for one epoch.
@@ -112,10 +141,10 @@ class PipelineExecutor(Executor):
             # backward phase, so the two phases' buffers are not held together.
             for a in actions:
                 if a.kind == kind == ActionKind.RECV_F:
-                    buf = torch.empty(st.chunks[a.chunk].size, in_w)
+                    buf = self._recv_buffer(st.chunks[a.chunk].size, in_w)
                     recvs[("F", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk))
                 elif a.kind == kind == ActionKind.RECV_B:
-                    buf = torch.empty(st.chunks[a.chunk].size, out_w)
+                    buf = self._recv_buffer(st.chunks[a.chunk].size, out_w)
                     recvs[("B", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk + 1))
 
         post(ActionKind.RECV_F)
@@ -146,6 +175,8 @@ class PipelineExecutor(Executor):
                 work.wait()
                 bubble += time.perf_counter() - t0
                 d = st.in_dim if tag == "F" else st.out_dim
+                if self.wire.lossy:
+                    buf = self.wire.decode(buf, in_w if tag == "F" else out_w)
                 inbox[(tag, k)] = self._unpack(buf, d, in_keys if tag == "F" else out_keys)
             elif a.kind == ActionKind.F:
                 h_in, carry = inbox.pop(("F", k), (None, {}))
@@ -156,13 +187,13 @@ class PipelineExecutor(Executor):
                     correct += c
                     total += t
                 else:
-                    outbox[("F", k)] = self._pack(out, cout, out_keys)
+                    outbox[("F", k)] = self._encode(self._pack(out, cout, out_keys), k, epoch, False)
             elif a.kind == ActionKind.B:
                 g_out, gcarry = inbox.pop(("B", k), (None, {}))
                 g_in, g_cin, l = st.backward_chunk(k, g_out, gcarry)
                 loss += l
                 if self.s > 0:
-                    outbox[("B", k)] = self._pack(g_in, g_cin, in_keys)
+                    outbox[("B", k)] = self._encode(self._pack(g_in, g_cin, in_keys), k, epoch, True)
             elif a.kind == ActionKind.SEND_F:
                 sends.append(comm.isend(outbox.pop(("F", k)), a.peer, tag=2 * k, category="pipe_act"))
             elif a.kind == ActionKind.SEND_B:
@@ -235,7 +266,8 @@ class PipelineExecutor(Executor):
         """Exact full-graph inference, unit by unit and chunk by chunk over the training
         chunks' blocks: every unit's input rows of the whole part (the whole graph with one
         way) are computed before the unit runs, so every neighbour row is current (no
-        history is read). A stage receives and sends its whole part's rows at once."""
+        history is read). A stage receives and sends its whole part's rows at once, in
+        float32 whatever ``--wire`` says (evaluation is exact)."""
         st = self.stage
         comm = self.comm
         last = self.s == self.S - 1

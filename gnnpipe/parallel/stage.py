@@ -180,9 +180,10 @@ class NeighbourSource(Protocol):
     collective: bool
 
     def push(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int | None,
-             category: str = "halo_fwd") -> None:
+             category: str = "halo_fwd", epoch: int | None = None, unit: int = 0) -> None:
         """Bring ``rbuf`` up to date with chunk ``k``'s rows of ``buf`` (every chunk's: None,
-        evaluation), just written; called before :meth:`read` of the same unit."""
+        evaluation), just written; called before :meth:`read` of the same unit. ``epoch``
+        (training only) and ``unit`` (the global unit index) key a lossy wire format."""
 
     def read(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int) -> torch.Tensor:
         """float32 [m_k, d]: chunk k's neighbour rows, in its ``nbr_ids`` order (no
@@ -192,11 +193,13 @@ class NeighbourSource(Protocol):
         """Add chunk k's neighbour-row gradients into ``gacc`` (rows of ``buf``) or
         ``gremote`` (rows of ``rbuf``) (no communication)."""
 
-    def before_backward(self, k: int, gacc: dict, gremote: dict) -> None:
+    def before_backward(self, k: int, gacc: dict, gremote: dict, epoch: int | None = None,
+                        unit0: int = 0) -> None:
         """At chunk k's backward, before its autograd backward: deliver what ``gremote``
-        (per unit position) holds for chunk k's rows into their owners' ``gacc``."""
+        (per unit position) holds for chunk k's rows into their owners' ``gacc``
+        (``unit0``: the global index of position 0, a wire key with ``epoch``)."""
 
-    def with_fresh(self, h: torch.Tensor) -> torch.Tensor:
+    def with_fresh(self, h: torch.Tensor, epoch: int | None = None, unit: int = 0) -> torch.Tensor:
         """``[h; neighbour rows]`` exchanged inside autograd (fresh sources only)."""
 
 
@@ -213,7 +216,7 @@ class LocalHistory:
     def __init__(self, chunks: list[ChunkInfo]) -> None:
         self.chunks = chunks
 
-    def push(self, buf, rbuf, k, category: str = "halo_fwd") -> None:
+    def push(self, buf, rbuf, k, category: str = "halo_fwd", epoch=None, unit: int = 0) -> None:
         pass
 
     def read(self, buf: torch.Tensor, rbuf, k: int) -> torch.Tensor:
@@ -222,10 +225,10 @@ class LocalHistory:
     def return_grads(self, gacc: torch.Tensor, gremote, grad: torch.Tensor, k: int) -> None:
         acc_rows(gacc, self.chunks[k].nbr_ids, grad)
 
-    def before_backward(self, k: int, gacc: dict, gremote: dict) -> None:
+    def before_backward(self, k: int, gacc: dict, gremote: dict, epoch=None, unit0: int = 0) -> None:
         pass
 
-    def with_fresh(self, h: torch.Tensor) -> torch.Tensor:  # pragma: no cover - never fresh
+    def with_fresh(self, h: torch.Tensor, epoch=None, unit: int = 0) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError("a stage's own history is never fresh")
 
 
@@ -467,7 +470,8 @@ class PipelineStage:
                 elif self.source.fresh:
                     # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
                     # and their gradients return inside autograd, as in graph parallelism.
-                    h_src = self.source.with_fresh(h)
+                    h_src = self.source.with_fresh(h, self.epoch if training else None,
+                                                   self.first_unit + pos)
                 elif pos not in self.hist:  # one chunk spanning every node: nothing outside it
                     h_src = h
                 else:
@@ -479,7 +483,7 @@ class PipelineStage:
                     m = ch.nbr_ids.numel()
                     rbuf = self.remote.get(pos)
                     if training:  # (a collective: every way, every unit, even with m = 0)
-                        self.source.push(hist, rbuf, k)
+                        self.source.push(hist, rbuf, k, epoch=self.epoch, unit=self.first_unit + pos)
                     make = lambda hist=hist, rbuf=rbuf: self.source.read(hist, rbuf, k)  # noqa: E731
                     if training and self.opts.grad_fix and m:
                         sink = _GradSink()
@@ -513,7 +517,7 @@ class PipelineStage:
         st = self.state.pop(k)
         # remote rows' gradients accumulated since the forward phase, into their owners' G_u
         # before chunk k's backward injects G_u (a collective: every way, every chunk)
-        self.source.before_backward(k, self.gacc, self.gremote)
+        self.source.before_backward(k, self.gacc, self.gremote, epoch=self.epoch, unit0=self.first_unit)
         if self.is_last:
             torch.autograd.backward([st.loss], [torch.ones_like(st.loss)])
         elif st.root is not None:

@@ -70,13 +70,16 @@ trainer's non-finite check still fires on the receiving side.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from gnnpipe.config import WIRE_FORMATS  # the one list (``--wire``'s choices); re-exported
 from gnnpipe.models.ops import _lowbias32_, row_keys, stream_keys
 
-WIRE_FORMATS = ("float32", "bfloat16", "int8", "int4")
+__all__ = ["WIRE_FORMATS", "FLOAT32", "Wire", "check_format", "decode", "encode", "is_lossy",
+           "message_site", "row_bytes", "wire_keys"]
 
 # Integer formats: the largest code (levels - 1).
 _LEVELS = {"int8": 255, "int4": 15}
@@ -125,6 +128,66 @@ def wire_keys(seed: int, epoch: int, site: int) -> tuple[int, int]:
     if not 0 <= site < _SITE_BASE:
         raise ValueError(f"wire site must be in [0, 2**40), got {site}")
     return stream_keys(seed, epoch, _SITE_BASE + site)
+
+
+# Message kinds of a wire site (:func:`message_site`).
+#: graph-parallel halos and the exact hybrid's halo between ways (:class:`HaloExchanger`)
+KIND_HALO = 1
+#: the stale hybrid's rows between ways (``WayLink.push``) and their gradients
+KIND_WAY = 2
+#: pipeline chunk activations ``[h | carry]`` between stages and their gradients
+KIND_PIPE = 3
+
+
+def message_site(kind: int, unit: int, backward: bool) -> int:
+    """The rounding site of one message kind at one layer unit and direction.
+
+    ``(kind << 32) | (unit << 1) | backward``: distinct per (kind, unit, direction), and a
+    function of the global unit index only, so every rank (every way, every stage) derives
+    the same site for the same message. ``unit`` is the model's unit index of the layer the
+    rows are read by: the aggregating unit for halos, the receiving stage's first unit for
+    pipeline chunks.
+    """
+    if kind not in (KIND_HALO, KIND_WAY, KIND_PIPE):
+        raise ValueError(f"message kind must be one of 1, 2, 3, got {kind}")
+    unit = int(unit)
+    if not 0 <= unit < 1 << 31:
+        raise ValueError(f"unit must be in [0, 2**31), got {unit}")
+    return (kind << 32) | (unit << 1) | int(bool(backward))
+
+
+@dataclass(frozen=True)
+class Wire:
+    """The wire format of a run's training messages (``--wire``) and the seed of its rounding.
+
+    The small options value the executors are handed (:func:`gnnpipe.parallel.build.build_executor`);
+    evaluation messages and the weight all-reduce never use it (they stay float32).
+    """
+
+    fmt: str = "float32"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_format(self.fmt)
+
+    @property
+    def lossy(self) -> bool:
+        return is_lossy(self.fmt)
+
+    def row_bytes(self, d: int) -> int:
+        return row_bytes(d, self.fmt)
+
+    def encode(self, rows: Tensor, *, epoch: int, site: int, gid: Tensor) -> Tensor:
+        """:func:`encode` of ``rows`` keyed by this run's seed, ``epoch``, ``site`` and ``gid``."""
+        if not self.lossy:
+            return encode(rows, self.fmt)
+        return encode(rows, self.fmt, seed=self.seed, epoch=epoch, site=site, gid=gid)
+
+    def decode(self, buf: Tensor, d: int) -> Tensor:
+        return decode(buf, d, self.fmt)
+
+
+FLOAT32 = Wire()
 
 
 def encode(rows: Tensor, fmt: str, *, seed: int | None = None, epoch: int | None = None,

@@ -22,6 +22,12 @@ Two graph-parallel formulas live side by side:
   Where ranks cannot read the dataset, exchanging that halo once at start-up would cost
   ``s·Σ_p M_p·F`` (:func:`startup_bytes`) for the former and nothing for the latter; our
   executor sends zero bytes there.
+
+Wire formats (``--wire``, :mod:`gnnpipe.parallel.wire`): every formula takes ``wire``; a row
+of width ``w`` costs ``s·w`` bytes in float32 (``s`` stays a parameter: the stale hybrid
+sends its history's dtype) and ``row_bytes(w, wire)`` otherwise: ``2·w`` (bfloat16),
+``8 + w`` (int8), ``8 + ceil(w / 2)`` (int4), the 8 bytes being each row's float32 scale
+and offset. A pipeline row ``[h | h0]`` is ONE wire row of width ``2·d`` (one header).
 """
 
 from __future__ import annotations
@@ -30,7 +36,16 @@ import numpy as np
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
+from gnnpipe.parallel.wire import check_format, row_bytes
+
 FORMULAS = ("ours", "paper")
+
+
+def wire_row_bytes(w: int, s: int = 4, wire: str = "float32") -> int:
+    """Bytes of one message row of width ``w``: ``s·w`` in float32, else ``row_bytes(w, wire)``."""
+    if check_format(wire) == "float32":
+        return s * w
+    return row_bytes(w, wire)
 
 
 def _check_model(model: str) -> str:
@@ -72,6 +87,7 @@ def graph_parallel_bytes(
     model: str = "gcn",
     formula: str = "ours",
     include_startup: bool = False,
+    wire: str = "float32",
 ) -> int:
     """Bytes per epoch that graph parallelism moves in halo exchanges (both directions).
 
@@ -86,6 +102,8 @@ def graph_parallel_bytes(
             ``2·s·ΣM·n_x·d`` with ``n_x`` from :func:`exchanged_layers`.
         include_startup: with ``"ours"``, add the one-off start-up exchange of the input
             feature halo (``s·ΣM·F`` for gcn/sage/gat), e.g. to count a one-epoch run.
+        wire: the wire format of the halo rows and gradients: ``s·d`` per row in float32,
+            ``row_bytes(d, wire)`` otherwise (``2·ΣM·n_x·row_bytes(d, wire)``).
 
     Returns:
         int bytes. The weight all-reduce is not included.
@@ -95,10 +113,10 @@ def graph_parallel_bytes(
         _check_model(model)
         if L == 0:
             return 0
-        return 2 * s * sum_m * (F + (L - 1) * d)
+        return 2 * sum_m * (wire_row_bytes(F, s, wire) + (L - 1) * wire_row_bytes(d, s, wire))
     if formula != "ours":
         raise GnnpipeError(f"formula: expected one of {', '.join(FORMULAS)}, got {formula!r}")
-    per_epoch = 2 * s * sum_m * exchanged_layers(model, L) * d
+    per_epoch = 2 * sum_m * exchanged_layers(model, L) * wire_row_bytes(d, s, wire)
     if include_startup:
         per_epoch += startup_bytes(sum_m, F, L, s=s, model=model)
     return per_epoch
@@ -119,7 +137,7 @@ def startup_bytes(sum_m: int, F: int, L: int, s: int = 4, model: str = "gcn") ->
     return s * sum_m * F if (m in FEATURE_FIRST_MODELS and L > 0) else 0
 
 
-def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False) -> int:
+def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False, wire: str = "float32") -> int:
     """Bytes per epoch that a pure pipeline moves between consecutive stages.
 
     Every vertex's d-wide activation crosses each of the ``S − 1`` stage boundaries once
@@ -133,11 +151,13 @@ def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False) -> int:
         S: stages.
         s: bytes per value.
         h0: whether ``h0`` travels beside the activations.
+        wire: the wire format: one row ``[h | h0]`` per vertex and boundary,
+            ``2·(S−1)·N·row_bytes(d·(2 if h0 else 1), wire)`` (float32: ``s`` per value).
     """
     _check_nonneg(N=N, d=d, s=s)
     if S < 1:
         raise GnnpipeError(f"stages: expected at least 1, got {S}")
-    return 2 * s * (S - 1) * N * d * (2 if h0 else 1)
+    return 2 * (S - 1) * N * wire_row_bytes(d * (2 if h0 else 1), s, wire)
 
 
 def hybrid_bytes(
@@ -152,6 +172,7 @@ def hybrid_bytes(
     model: str = "gcn",
     h0: bool = False,
     formula: str = "ours",
+    wire: str = "float32",
 ) -> int:
     """Bytes per epoch of the hybrid: ``D`` pipelines of ``S`` stages, halos between ways.
 
@@ -174,11 +195,12 @@ def hybrid_bytes(
         S: stages per way.
         D: ways.
         h0: as in :func:`pipeline_bytes`.
+        wire: the wire format of both terms (chunk rows and rows between ways).
     """
     if D < 1:
         raise GnnpipeError(f"ways: expected at least 1, got {D}")
-    halo = graph_parallel_bytes(sum_m, F, L, d, s=s, model=model, formula=formula) if D > 1 else 0
-    return pipeline_bytes(N, d, S, s=s, h0=h0) + halo
+    halo = graph_parallel_bytes(sum_m, F, L, d, s=s, model=model, formula=formula, wire=wire) if D > 1 else 0
+    return pipeline_bytes(N, d, S, s=s, h0=h0, wire=wire) + halo
 
 
 def chunk_halo_sum(indptr, indices, part, chunk) -> int:

@@ -18,6 +18,7 @@ from gnnpipe.dims import ParallelDims
 from gnnpipe.models import ModelConfig
 from gnnpipe.parallel import build
 from gnnpipe.parallel.executor import Executor, StaleOptions
+from gnnpipe.parallel.wire import Wire
 from gnnpipe.partition import PartitionPlan, build_plan, check_plan_matches
 
 
@@ -63,7 +64,8 @@ def build_executor(cfg: TrainConfig, comm, graph) -> tuple[Executor, object]:
                                 snapshot_period=cfg.snapshot_period)
     ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
-                              history_dtype=cfg.history_dtype, device=cfg.device)
+                              history_dtype=cfg.history_dtype, device=cfg.device,
+                              wire=Wire(cfg.wire, cfg.seed))
     return ex, plan
 
 
