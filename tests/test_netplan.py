@@ -108,3 +108,70 @@ def test_cli_link_rate_errors(capsys, extra, msg):
     assert plan_main([*ARGS, *extra]) == 2
     err = capsys.readouterr().err
     assert msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- calibrate --network
+def test_sizes_scale_with_the_rate():
+    from gnnpipe.cost import netcal as N
+
+    s100, s10 = N.sizes_for(100_000_000), N.sizes_for(10_000_000)
+    assert s100[0] == 8 and max(s100) == 1_500_000 and max(s10) == 150_000
+    assert all(x % 4 == 0 for x in s100) and s100 == sorted(s100)
+    assert max(N.sizes_for(None)) == N.MAX_BYTES and max(N.sizes_for(1000)) == N.MIN_LARGEST
+    q = N.sizes_for(100_000_000, quick=True)
+    assert len(q) == 4 and len(N.bulk(dict.fromkeys(q, 1.0))) == 3
+
+
+def test_fit_recovers_a_line_and_leaves_the_burst_out():
+    from gnnpipe.cost import netcal as N
+
+    bw, lat = 12.5e6, 80e-6
+    times = {n: lat + n / bw for n in (8, 23_436, 187_500, 375_000, 750_000, 1_500_000)}
+    assert N.fit_link(times) == pytest.approx((bw, lat), rel=1e-6)
+    # The shaper's burst lets small messages through faster: bulk() keeps them out of the rate.
+    times[23_436] /= 2
+    assert N.fit_link(N.bulk(times))[0] == pytest.approx(bw, rel=1e-6)
+    with pytest.raises(GnnpipeError, match="at least two"):
+        N.fit_link({8: 1e-4})
+    with pytest.raises(GnnpipeError, match="do not grow"):
+        N.fit_link({8: 1e-3, 10**6: 1e-4})
+    prof = load_profile("cpu-this-machine")
+    fit = N.NetworkFit(10**8, 2, 1.2e7, 7e-5, 1.02, 0.0, times, times, 9.0, (1.0, 1.5), 2)
+    p = N.apply(prof, fit)
+    assert (p.inter_bw_bytes_s, p.inter_latency_s, p.a2a_factor) == (1.2e7, 7e-5, 1.02)
+    assert p.gemm_flops_s == prof.gemm_flops_s and any("96% of the rate" in ln for ln in fit.lines())
+
+
+def test_calibrate_network_without_root_says_why_in_one_line(monkeypatch, capsys, tmp_path):
+    from gnnpipe.cost import netcal as N
+
+    monkeypatch.setattr(N.os, "geteuid", lambda: 1000)
+    assert plan_main(["calibrate", "--network", "--out", str(tmp_path / "p.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs root" in err and not (tmp_path / "p.toml").exists()
+    for bad, msg in ((["--rate", "100mbyte"], "--rate: link rate must look like"),
+                     (["--hosts", "1"], "--hosts: a link needs at least 2 hosts")):
+        assert plan_main(["calibrate", "--network", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert msg in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.netns
+def test_calibrate_network_measures_100mbit(tmp_path, capsys):
+    from gnnpipe import cluster as CL
+    from gnnpipe.cost import netcal as N
+
+    why = N.unavailable()
+    if why is not None:
+        pytest.skip(f"calibrate --network: {why}")
+    mine = lambda: [n for n in CL.list_namespaces() if n.startswith(f"{CL.PREFIX}{os.getpid()}-")]  # noqa: E731
+    out = tmp_path / "net.toml"
+    assert plan_main(["calibrate", "--network", "--rate", "100mbit", "--quick", "--out", str(out)]) == 0
+    assert mine() == []  # the cluster is gone
+    p = load_profile(out)
+    assert 0.70 * 12.5e6 <= p.inter_bw_bytes_s <= 1.05 * 12.5e6, p.inter_bw_bytes_s
+    assert 0 < p.inter_latency_s < 5e-3 and 0.5 < p.a2a_factor < 2.0
+    assert "Network (gnnpipe-plan calibrate --network --rate 100mbit" in out.read_text()
+    # the planner takes it: same rate, the measured latency
+    q = with_link(p, 100_000_000)
+    assert q.inter_latency_s == p.inter_latency_s and q.a2a_factor == p.a2a_factor

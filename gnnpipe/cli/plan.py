@@ -323,8 +323,20 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
                          "takes under a minute on an idle machine)")
     ap.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)  # the old name of the default
     ap.add_argument("--no-p2p", action="store_true", help="skip the 2-process Gloo measurement")
+    ap.add_argument("--network", action="store_true",
+                    help="measure only the network (root): bandwidth, per-message latency and all-to-all against "
+                         "point-to-point between emulated hosts (gnnpipe.cluster) over links shaped to --rate; write "
+                         "them into --profile's inter_bw_bytes_s, inter_latency_s and a2a_factor")
+    ap.add_argument("--rate", default="100mbit", help="--network: link rate per host, e.g. 100mbit, 1gbit, unshaped "
+                                                       "(default 100mbit)")
+    ap.add_argument("--hosts", type=int, default=2, help="--network: emulated hosts, one rank each (default 2)")
+    ap.add_argument("--profile", default="cpu-this-machine",
+                    help="--network: the profile the link figures go into (default cpu-this-machine; written to the "
+                         "user profile directory unless --out says otherwise)")
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
+    if args.network:
+        return _calibrate_network(args)
     out = args.out or user_profiles_dir() / "cpu-this-machine.toml"
     # The shipped profiles are tracked, hand-merged files: a measurement never rewrites one.
     if out.resolve().parent == profiles_dir().resolve():
@@ -351,6 +363,55 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
           f"{os.getloadavg()[0]:.1f} on {cores} cores); the planner's --profile cpu-this-machine now reads it"
           + (f" while the current directory is {Path.cwd()}" if not os.environ.get(PROFILE_DIR_ENV) and not args.out
              else ""), file=sys.stderr)
+    return 0
+
+
+def _calibrate_network(args) -> int:
+    """``calibrate --network``: measure the emulated link, write it into the profile, print."""
+    try:
+        rate_bps = parse_rate(args.rate)
+    except GnnpipeError as e:
+        raise GnnpipeError(f"--rate: {e}") from None
+    if args.hosts < 2:
+        raise GnnpipeError(f"--hosts: a link needs at least 2 hosts, got {args.hosts}")
+    try:
+        base = load_profile(args.profile)
+    except UnicodeDecodeError:
+        raise GnnpipeError(f"--profile {args.profile}: not a text file (TOML must be UTF-8)") from None
+    out = args.out or user_profiles_dir() / f"{base.name}.toml"
+    if out.resolve().parent == profiles_dir().resolve():
+        raise GnnpipeError(f"--out {out}: that is a shipped profile; write to {user_profiles_dir()}/ "
+                           f"(or set ${PROFILE_DIR_ENV}) and pass --profile NAME or the path")
+    _check_out_file(out)
+    from gnnpipe.cost import netcal
+
+    why = netcal.unavailable()
+    if why is not None:
+        raise GnnpipeError(f"calibrate --network: {why}")
+    fit = netcal.measure_network(rate_bps, args.hosts, quick=args.quick,
+                                 say=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
+    # Keep the base profile's own comments (how its other figures were found), then ours.
+    src = Path(args.profile) if Path(args.profile).is_file() else next(
+        (d / f"{args.profile}.toml" for d in (user_profiles_dir(), profiles_dir())
+         if (d / f"{args.profile}.toml").is_file()), None)
+    old, skip = [], False
+    for ln in (src.read_text().splitlines() if src else []):
+        if ln.startswith("# Network (gnnpipe-plan calibrate --network"):  # an earlier network measurement
+            skip = True
+        elif not (skip and ln.startswith("#   ")):
+            skip = False
+            if ln.startswith("#"):
+                old.append(ln[2:] if ln.startswith("# ") else ln[1:])
+    text = profile_toml(netcal.apply(base, fit), old + fit.lines())
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as e:
+        raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
+    print("\n".join(fit.lines()))
+    print(f"{PROG}: wrote {out} in {fit.wall_s:.0f} s: inter_bw_bytes_s {fit.bw_bytes_s:.4g} "
+          f"({fit.bw_bytes_s * 8 / 1e6:.1f} Mbit/s), inter_latency_s {fit.latency_s:.3g}, "
+          f"a2a_factor {fit.a2a_factor:.3g}", file=sys.stderr)
     return 0
 
 
