@@ -175,3 +175,23 @@ def test_calibrate_network_measures_100mbit(tmp_path, capsys):
     # the planner takes it: same rate, the measured latency
     q = with_link(p, 100_000_000)
     assert q.inter_latency_s == p.inter_latency_s and q.a2a_factor == p.a2a_factor
+
+
+# ----------------------------------------------------------------------------- the sweep's predicted lines
+def test_bench_cluster_predictor(tmp_path):
+    from gnnpipe.bench import cluster as BC
+
+    fn = BC.make_predictor("cpu-this-machine")
+    tiny = [*BC.GRAPHS["tiny"], "--model", "gcn", "--layers", "4", "--hidden", "16", "--seed", "0"]
+    rows = []
+    for mode in BC.MODES:
+        for bps in (25_000_000, 100_000_000, None):
+            rows.append({"graph": "tiny", "model": "gcn", "mode": mode, "rate_bps": bps, "epoch_s": 0.1,
+                         "world": 4, "ranks_per_host": 1, "args": [*tiny, *BC.mode_flags(mode, 4)]})
+    for mode in BC.MODES:
+        slow, fast, free = (fn(r, r["rate_bps"]) for r in rows if r["mode"] == mode)
+        assert slow > fast > free > 0, (mode, slow, fast, free)
+    assert fn({"rate": "unshaped", "error": "x"}, None) is None  # a failed cell
+    assert fn({**rows[0], "args": ["--dataset", "no-such-graph", "--mode", "graph"]}, None) is None
+    png = BC.plot(rows, tmp_path / "p.png", predict=fn)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
