@@ -38,7 +38,7 @@ from typing import Sequence
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench.epoch import repredict
-from gnnpipe.cluster import parse_rate, rate_text
+from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.cost import (PROFILE_DIR_ENV, GraphStats, ModelSpec, chunk_counts, feasible_topologies,
                           graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs,

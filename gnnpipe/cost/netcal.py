@@ -17,27 +17,27 @@ a profile; the CLI (:mod:`gnnpipe.cli.plan`) only parses, writes and prints. Nee
 (network namespaces); :func:`unavailable` says why not. Everything the cluster makes is
 removed on exit (see :class:`gnnpipe.cluster.Cluster`).
 
-A rank of the measurement is ``python -m gnnpipe.cost.netcal RESULT.json SPEC_JSON``.
+A rank of the measurement is the test harness's rank entry (``python -m gnnpipe.testing
+gnnpipe.cost.netcal:_rank_fn RUN_DIR --comm torch``, as ``calibrate``'s ranks): it builds the
+communicator, so nothing in :mod:`gnnpipe.cost` imports the network.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from gnnpipe import cluster as CL
 from gnnpipe._base import GnnpipeError
-from gnnpipe.comm.launch import init_communicator
 from gnnpipe.cost.profile import HardwareProfile
 
 #: Transfer time of the largest message at the link rate (the sizes scale with the rate).
@@ -93,13 +93,12 @@ def slope(times: Mapping[int, float]) -> float:
 
 
 # --------------------------------------------------------------------------- one rank
-def _rank_main(result: str, spec: Mapping[str, Any]) -> int:
-    """One rank: warm-up, ping-pong between ranks 0 and 1, then all-to-alls; rank 0 writes
-    ``{"p2p": {bytes: s}, "a2a": {bytes: s}}`` (medians, one-way) to ``result``."""
+def _rank_fn(comm, sizes: Sequence[int], a2a_sizes: Sequence[int], reps: int) -> dict:
+    """One rank (under :mod:`gnnpipe.testing`'s entry): warm-up, ping-pong between ranks 0
+    and 1, then all-to-alls. Returns ``{"p2p": {bytes: s}, "a2a": {bytes: s}}`` (one-way
+    medians; every rank returns its own, rank 0's are used)."""
     torch.set_num_threads(1)
-    comm = init_communicator("torch", timeout_s=float(spec.get("timeout_s", 60.0)))
-    me, world, reps = comm.rank, comm.world_size, int(spec["reps"])
-    sizes, a2a_sizes = [int(s) for s in spec["sizes"]], [int(s) for s in spec["a2a_sizes"]]
+    me, world = comm.rank, comm.world_size
     p2p: dict[int, float] = {}
     for n in [max(sizes)] + sizes:  # the first pass over the largest warms TCP up, not counted
         buf = torch.zeros(n // 4, dtype=torch.float32)
@@ -129,10 +128,7 @@ def _rank_main(result: str, spec: Mapping[str, Any]) -> int:
             ts.append(time.perf_counter() - t0)
         a2a[per * 4 * peers] = statistics.median(ts[1:])
     comm.barrier()
-    if me == 0:
-        Path(result).write_text(json.dumps({"p2p": p2p, "a2a": a2a, "world": world}))
-    comm.close()
-    return 0
+    return {"p2p": p2p, "a2a": a2a, "world": world}
 
 
 # --------------------------------------------------------------------------- driver
@@ -212,27 +208,30 @@ def measure_network(rate_bps: int | None = 100_000_000, hosts: int = 2, quick: b
         raise GnnpipeError(f"calibrate --network: {why}")
     sizes = sizes_for(rate_bps, quick)
     a2a_sizes = [s for s in sizes if s >= max(sizes) // 16]
-    spec = {"sizes": sizes, "a2a_sizes": a2a_sizes, "reps": reps or (3 if quick else 5), "timeout_s": 60.0}
+    args = {"sizes": sizes, "a2a_sizes": a2a_sizes, "reps": reps or (3 if quick else 5)}
     load0, t0 = os.getloadavg()[0], time.monotonic()
     say(f"{hosts} emulated hosts at {CL.rate_text(rate_bps)}: point-to-point and all-to-all, "
         f"{len(sizes)} sizes up to {max(sizes) / 2**20:.2f} MiB")
     with tempfile.TemporaryDirectory(prefix="gnnpipe-netcal-") as tmp:
-        result = Path(tmp) / "result.json"
-        argv = [sys.executable, "-m", "gnnpipe.cost.netcal", str(result), json.dumps(spec)]
+        run = Path(tmp)
+        torch.save(args, run / "args.pt")
+        argv = [sys.executable, "-m", "gnnpipe.testing", "gnnpipe.cost.netcal:_rank_fn", str(run),
+                "--comm", "torch", "--timeout-s", "60"]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parents[2])] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
         with CL.Cluster(CL.ClusterSpec(hosts, rate_bps)) as c:
-            procs = c.launch(argv, Path(tmp) / "logs", env=env)
+            procs = c.launch(argv, run / "logs", env=env)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline and any(p.poll() is None for p in procs):
                 time.sleep(0.05)
             codes = [p.poll() for p in procs]
+        result = run / "rank0.pt"
         if codes != [0] * len(procs) or not result.is_file():
             tails = " | ".join(f"{f.name}: " + " / ".join(f.read_text(errors="replace").strip().splitlines()[-3:])
-                               for f in sorted((Path(tmp) / "logs").glob("*.log")))
+                               for f in sorted((run / "logs").glob("*.log")))
             what = "timed out" if None in codes else f"exit codes {codes}"
             raise GnnpipeError(f"calibrate --network: the ranks failed ({what}): {tails[-1500:]}")
-        res = json.loads(result.read_text())
+        res = torch.load(result, weights_only=False)
     p2p = {int(k): float(v) for k, v in res["p2p"].items()}
     a2a = {int(k): float(v) for k, v in res["a2a"].items()}
     bw, _ = fit_link(bulk(p2p))
@@ -248,6 +247,3 @@ def apply(profile: HardwareProfile, fit: NetworkFit) -> HardwareProfile:
     return dataclasses.replace(profile, inter_bw_bytes_s=fit.bw_bytes_s, inter_latency_s=fit.latency_s,
                                a2a_factor=fit.a2a_factor)
 
-
-if __name__ == "__main__":  # a rank of the measurement
-    sys.exit(_rank_main(sys.argv[1], json.loads(sys.argv[2])))
