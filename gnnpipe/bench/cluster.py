@@ -26,9 +26,13 @@ one training epoch by category (``bytes_sent``, summed over ranks), and the load
 (1 min) and core count before and after the cell: the machine is shared, and a cell measured
 under load says so.
 
-Predicted lines need a network term in the cost model (issue 12, part 4), which does not
-exist yet: :func:`plot` takes a ``predict(row, rate_bps)`` hook and draws nothing predicted
-without one.
+Predicted lines: :func:`plot` takes a ``predict(row, rate_bps)`` hook;
+:func:`make_predictor` is the planner's (the cell's ``gnnpipe-train`` flags, its graph's
+METIS facts, and the profile through :func:`gnnpipe.cost.with_link` at the cell's rate and
+ranks per host). The sweep and ``--plot`` use it (``--profile``; ``--no-predict`` draws
+measured points only). What it does not see: the emulated hosts share this machine's cores,
+while the profile gives every host its own, so on more ranks than cores the predicted
+compute is too low (by up to ranks/cores).
 """
 
 from __future__ import annotations
@@ -45,7 +49,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from gnnpipe import cluster as CL
+from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
+from gnnpipe.config import parse_config
+from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict, with_link
+from gnnpipe.data.load import load_graph_for
+from gnnpipe.dims import ParallelDims
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +152,45 @@ def crossovers(points: Mapping[str, Sequence[tuple[float, float]]], a: str = "gr
         if (pa[x0] - pb[x0]) * (pa[x1] - pb[x1]) < 0:
             out.append((x0 * x1) ** 0.5)
     return out
+
+
+def make_predictor(profile: str = "cpu-this-machine") -> PredictFn:
+    """The planner's epoch time for a cell (a :data:`PredictFn`): the cell's recorded
+    ``gnnpipe-train`` flags (``row["args"]``) give the graph, model and layout; the profile
+    goes through :func:`gnnpipe.cost.with_link` at ``rate_bps`` with the cell's ranks per
+    host (``None``: the profile's own links). Graph statistics (METIS) are computed once per
+    graph and layout. A cell without flags (a failed one), or one the model cannot
+    predict, gets ``None`` (logged).
+    """
+    base = load_profile(profile)
+    graphs: dict[str, Any] = {}
+    stats: dict[str, Any] = {}
+
+    def fn(row: Mapping[str, Any], rate_bps: int | None) -> float | None:
+        args = row.get("args")
+        if not args or not row.get("world"):
+            return None
+        try:
+            cfg, _ = parse_config(list(args))
+            world = int(row["world"])
+            topo = ParallelDims.from_config(cfg, world)
+            gkey = json.dumps([cfg.dataset, cfg.synth_nodes, cfg.synth_degree, cfg.synth_features,
+                               cfg.synth_classes, cfg.seed], default=str)
+            key = f"{gkey} {topo.ways} {topo.chunks if topo.mode != 'graph' else 0}"
+            if gkey not in graphs:
+                graphs[gkey] = load_graph_for(cfg)
+            if key not in stats:
+                stats[key] = C.call_quietly(lambda: graph_stats_from_graph(
+                    graphs[gkey], sorted({topo.ways, 2}), seed=cfg.seed, chunks=chunk_counts([topo])))
+            spec = ModelSpec(cfg.model, cfg.layers, cfg.hidden, cfg.heads,
+                             history_bytes=2 if cfg.history_dtype == "bfloat16" else 4)
+            prof = with_link(base, rate_bps, int(row.get("ranks_per_host", 1)))
+            return predict(stats[key], spec, topo, prof).epoch_s
+        except (GnnpipeError, KeyError, ValueError) as e:
+            log.warning("no prediction for %s: %s", row.get("cell", row.get("mode")), str(e).splitlines()[0])
+            return None
+
+    return fn
 
 
 # --------------------------------------------------------------------------- running
@@ -372,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="remove leftover namespaces of dead runs (with --all: of every run) and exit")
     ap.add_argument("--all", action="store_true", help="--cleanup: also clusters of processes still running")
     ap.add_argument("--plot", type=Path, default=None, help="redraw a sweep's plot from its rows.jsonl and exit")
+    ap.add_argument("--profile", default="cpu-this-machine",
+                    help="sweep and --plot: the cost model's profile for the predicted lines (default cpu-this-machine)")
+    ap.add_argument("--no-predict", action="store_true", help="sweep and --plot: measured points only")
     return ap
 
 
@@ -401,13 +452,15 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
         return 0
     if args.plot is not None:
         rows = [json.loads(line) for line in args.plot.read_text().splitlines() if line.strip()]
-        print(plot(rows, args.plot.parent / "epoch_vs_rate.png"))
+        print(plot(rows, args.plot.parent / "epoch_vs_rate.png",
+                   predict=None if args.no_predict else make_predictor(args.profile)))
         return 0
     if args.sweep:
         rows, d = sweep(args.out or Path("results/cluster"), _split(args.rates), _split(args.modes),
                         _split(args.graphs), _split(args.models), hosts=args.hosts, ranks_per_host=args.ranks_per_host,
                         delay=args.delay, layers=args.layers, hidden=args.hidden, epochs=args.epochs,
-                        extra=train_args, launcher=args.launcher, timeout_s=args.timeout)
+                        extra=train_args, launcher=args.launcher, timeout_s=args.timeout,
+                        predict=None if args.no_predict else make_predictor(args.profile))
         print(summarize(rows))
         print(f"\n(results in {d}/)")
         return 0 if all("error" not in r for r in rows) else 1

@@ -4,9 +4,11 @@ Usage::
 
     gnnpipe-plan DATASET --world N --layers L --hidden d --model M [--profile P]
         [--heads H] [--history-dtype float32|bfloat16] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
+        [--link-rate RATE [--ranks-per-host K]]        (ranks on hosts of their own, RATE links per host)
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
     gnnpipe-plan calibrate [--out FILE] [--thorough]   (measure this machine, write ./profiles/cpu-this-machine.toml)
+    gnnpipe-plan calibrate --network [--rate 100mbit] [--hosts 2]   (root: measure an emulated shaped link)
     gnnpipe-plan validate RESULTS [--profile P]        (re-predict a stored `gnnpipe-bench epoch`)
 
 ``DATASET`` is a prepared graph directory or name (Σ M_p then comes from METIS plans of the
@@ -16,6 +18,12 @@ profile name, looked up in the user profile directory (``$GNNPIPE_PROFILE_DIR``,
 ``./profiles/``, where ``calibrate`` writes) and then among the shipped ones
 (``gnnpipe/profiles/*.toml``), or a TOML path; the default is ``cpu-this-machine``. Configurations that do not fit a device's memory are listed after the
 others with the reason. The first fitting one is printed as a ``gnnpipe-train`` command.
+
+``--link-rate RATE`` (``100mbit``, ``1gbit``, ``unshaped``; :func:`gnnpipe.cluster.parse_rate`)
+plans for ranks on hosts of their own, ``--ranks-per-host`` (default 1) per host, joined by
+links of RATE per host in each direction: the profile through
+:func:`gnnpipe.cost.profile.with_link` (bandwidth = RATE, the profile's per-message latency,
+which ``calibrate --network`` measures).
 """
 
 from __future__ import annotations
@@ -30,10 +38,11 @@ from typing import Sequence
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench.epoch import repredict
+from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.cost import (PROFILE_DIR_ENV, GraphStats, ModelSpec, chunk_counts, feasible_topologies,
                           graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs,
-                          train_command, user_profiles_dir)
+                          train_command, user_profiles_dir, with_link)
 from gnnpipe.data.catalog import resolve_dataset
 from gnnpipe.data.graph import Graph
 
@@ -90,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--history-dtype", choices=("float32", "bfloat16"), default="float32",
                     help="pipeline/hybrid history buffers as gnnpipe-train would hold them (default float32)")
     ap.add_argument("--profile", default="cpu-this-machine", help="profile name or TOML path (default cpu-this-machine)")
+    ap.add_argument("--link-rate", default=None,
+                    help="plan for ranks on hosts of their own joined by links of this rate per host, both directions "
+                         "(e.g. 100mbit, 1gbit, unshaped); default: the profile's links")
+    ap.add_argument("--ranks-per-host", type=int, default=None,
+                    help="with --link-rate: ranks on each host (default 1)")
     ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
     ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -193,6 +207,26 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth:
     return "\n".join(lines)
 
 
+def link_profile(profile, link_rate: str | None, ranks_per_host: int | None):
+    """``profile`` as ``--link-rate`` / ``--ranks-per-host`` ask (unchanged without them).
+
+    Raises:
+        GnnpipeError: a bad rate, ranks per host below 1, or ``--ranks-per-host`` alone.
+    """
+    if link_rate is None:
+        if ranks_per_host is not None:
+            raise GnnpipeError("--ranks-per-host: only with --link-rate (ranks on hosts joined by links of that rate)")
+        return profile
+    try:
+        bps = parse_rate(link_rate)
+    except GnnpipeError as e:
+        raise GnnpipeError(f"--link-rate: {e}") from None
+    k = 1 if ranks_per_host is None else ranks_per_host
+    if k < 1:
+        raise GnnpipeError(f"--ranks-per-host: expected at least 1, got {k}")
+    return with_link(profile, bps, k)
+
+
 #: Deepest model the planner is asked about (the paper's models have 16-128 layers).
 MAX_LAYERS = 65536
 
@@ -231,6 +265,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         profile = load_profile(args.profile)
     except UnicodeDecodeError:  # a binary file given as --profile
         raise GnnpipeError(f"--profile {args.profile}: not a text file (TOML must be UTF-8)") from None
+    profile = link_profile(profile, args.link_rate, args.ranks_per_host)
     stats, dataset, synth = _stats(args, spec, factors)
     t0 = time.perf_counter()
     est_nodes = args.estimate_nodes
@@ -288,8 +323,20 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
                          "takes under a minute on an idle machine)")
     ap.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)  # the old name of the default
     ap.add_argument("--no-p2p", action="store_true", help="skip the 2-process Gloo measurement")
+    ap.add_argument("--network", action="store_true",
+                    help="measure only the network (root): bandwidth, per-message latency and all-to-all against "
+                         "point-to-point between emulated hosts (gnnpipe.cluster) over links shaped to --rate; write "
+                         "them into --profile's inter_bw_bytes_s, inter_latency_s and a2a_factor")
+    ap.add_argument("--rate", default="100mbit", help="--network: link rate per host, e.g. 100mbit, 1gbit, unshaped "
+                                                       "(default 100mbit)")
+    ap.add_argument("--hosts", type=int, default=2, help="--network: emulated hosts, one rank each (default 2)")
+    ap.add_argument("--profile", default="cpu-this-machine",
+                    help="--network: the profile the link figures go into (default cpu-this-machine; written to the "
+                         "user profile directory unless --out says otherwise)")
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
+    if args.network:
+        return _calibrate_network(args)
     out = args.out or user_profiles_dir() / "cpu-this-machine.toml"
     # The shipped profiles are tracked, hand-merged files: a measurement never rewrites one.
     if out.resolve().parent == profiles_dir().resolve():
@@ -316,6 +363,55 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
           f"{os.getloadavg()[0]:.1f} on {cores} cores); the planner's --profile cpu-this-machine now reads it"
           + (f" while the current directory is {Path.cwd()}" if not os.environ.get(PROFILE_DIR_ENV) and not args.out
              else ""), file=sys.stderr)
+    return 0
+
+
+def _calibrate_network(args) -> int:
+    """``calibrate --network``: measure the emulated link, write it into the profile, print."""
+    try:
+        rate_bps = parse_rate(args.rate)
+    except GnnpipeError as e:
+        raise GnnpipeError(f"--rate: {e}") from None
+    if args.hosts < 2:
+        raise GnnpipeError(f"--hosts: a link needs at least 2 hosts, got {args.hosts}")
+    try:
+        base = load_profile(args.profile)
+    except UnicodeDecodeError:
+        raise GnnpipeError(f"--profile {args.profile}: not a text file (TOML must be UTF-8)") from None
+    out = args.out or user_profiles_dir() / f"{base.name}.toml"
+    if out.resolve().parent == profiles_dir().resolve():
+        raise GnnpipeError(f"--out {out}: that is a shipped profile; write to {user_profiles_dir()}/ "
+                           f"(or set ${PROFILE_DIR_ENV}) and pass --profile NAME or the path")
+    _check_out_file(out)
+    from gnnpipe.cost import netcal
+
+    why = netcal.unavailable()
+    if why is not None:
+        raise GnnpipeError(f"calibrate --network: {why}")
+    fit = netcal.measure_network(rate_bps, args.hosts, quick=args.quick,
+                                 say=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
+    # Keep the base profile's own comments (how its other figures were found), then ours.
+    src = Path(args.profile) if Path(args.profile).is_file() else next(
+        (d / f"{args.profile}.toml" for d in (user_profiles_dir(), profiles_dir())
+         if (d / f"{args.profile}.toml").is_file()), None)
+    old, skip = [], False
+    for ln in (src.read_text().splitlines() if src else []):
+        if ln.startswith("# Network (gnnpipe-plan calibrate --network"):  # an earlier network measurement
+            skip = True
+        elif not (skip and ln.startswith("#   ")):
+            skip = False
+            if ln.startswith("#"):
+                old.append(ln[2:] if ln.startswith("# ") else ln[1:])
+    text = profile_toml(netcal.apply(base, fit), old + fit.lines())
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as e:
+        raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
+    print("\n".join(fit.lines()))
+    print(f"{PROG}: wrote {out} in {fit.wall_s:.0f} s: inter_bw_bytes_s {fit.bw_bytes_s:.4g} "
+          f"({fit.bw_bytes_s * 8 / 1e6:.1f} Mbit/s), inter_latency_s {fit.latency_s:.3g}, "
+          f"a2a_factor {fit.a2a_factor:.3g}", file=sys.stderr)
     return 0
 
 

@@ -28,7 +28,8 @@ from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.planner import CHUNK_FACTORS, feasible_topologies, rank_configs, train_command
 from gnnpipe.cost.predict import Prediction, StageDetail, predict, stage_blocks
 from gnnpipe.cost.profile import (PROFILE_DIR_ENV, PROFILE_FIELDS, PROFILE_OPTIONAL, HardwareProfile,
-                                  list_profiles, load_profile, profile_toml, profiles_dir, user_profiles_dir)
+                                  list_profiles, load_profile, profile_toml, profiles_dir, user_profiles_dir,
+                                  with_link)
 from gnnpipe.cost.units import UnitWork, num_units, param_count, unit_works
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "chunk_facts_of_plan", "estimate_part_info", "estimate_sum_m", "feasible_topologies", "graph_stats_from_graph",
     "list_profiles", "load_profile", "num_units", "param_count", "part_info_from_plan", "predict",
     "profile_toml", "profiles_dir", "rank_configs", "stage_blocks", "train_command", "unit_works", "user_profiles_dir",
+    "with_link",
 ]

@@ -147,8 +147,9 @@ def _a2a_time(prof: HardwareProfile, ranks: Sequence[int], me: int, max_bytes: f
     Every rank receives its halo (the largest ``max_bytes``, on average ``mean_bytes``)
     spread evenly over its peers. Peer links inside a node carry the largest rank's share;
     the node's network link carries all of its ranks' inter-node shares at once (their
-    sum, so the mean), and the two run concurrently. Each of ``messages`` rounds pays
-    every peer's latency.
+    sum, so the mean), and the two run concurrently, the network's at ``a2a_factor`` times
+    point-to-point's time (measured by ``gnnpipe-plan calibrate --network``; 1 by default).
+    Each of ``messages`` rounds pays every peer's latency.
     """
     peers = [r for r in ranks if r != me]
     if not peers:
@@ -159,7 +160,7 @@ def _a2a_time(prof: HardwareProfile, ranks: Sequence[int], me: int, max_bytes: f
     n_inter = len(peers) - n_intra
     on_node = sum(1 for r in ranks if r // prof.devices_per_node == node)
     t_intra = max_bytes * n_intra / len(peers) / prof.intra_bw_bytes_s
-    t_inter = mean_bytes * n_inter / len(peers) * on_node / prof.inter_bw_bytes_s
+    t_inter = mean_bytes * n_inter / len(peers) * on_node / prof.inter_bw_bytes_s * prof.a2a_factor
     lat = messages * (n_intra * prof.intra_latency_s + n_inter * prof.inter_latency_s)
     return max(t_intra, t_inter) + lat
 

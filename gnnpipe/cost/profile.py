@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -49,6 +49,8 @@ PROFILE_OPTIONAL = {
                          "outnumber cores (context switches, cache refills), >= 1", 1.0),
     "dropout_values_s": ("hashed dropout, forward + backward, values/s (0: as elementwise work at "
                          "mem_bytes_s)", 0.0),
+    "a2a_factor": ("an all-to-all's inter-node bytes take this many times as long as the same bytes "
+                   "point-to-point (gnnpipe-plan calibrate --network), > 0", 1.0),
 }
 
 
@@ -78,6 +80,7 @@ class HardwareProfile:
     shared_slowdown: float = 1.0
     oversub_slowdown: float = 1.0
     dropout_values_s: float = 0.0  # 0: ELEM_PASSES·s/2 bytes per value at mem_bytes_s
+    a2a_factor: float = 1.0  # 1: an all-to-all moves bytes as fast as point-to-point
     #: ``gnnpipe-train --device`` on this machine (``cpu`` or ``cuda``): the planner's
     #: recommended command carries it.
     device: str = "cpu"
@@ -113,6 +116,34 @@ class HardwareProfile:
         if a // self.devices_per_node == b // self.devices_per_node:
             return self.intra_bw_bytes_s, self.intra_latency_s
         return self.inter_bw_bytes_s, self.inter_latency_s
+
+
+def with_link(profile: HardwareProfile, rate_bps: int | None, ranks_per_host: int = 1,
+              latency_s: float | None = None) -> HardwareProfile:
+    """``profile`` with every ``ranks_per_host`` ranks on a host of their own, hosts joined
+    by links of ``rate_bps`` bits/s per host in each direction (``gnnpipe-plan --link-rate``).
+
+    Pure: a new profile; ``inter_bw_bytes_s`` = ``rate_bps / 8`` (``None``, an unshaped
+    link: the profile's own), ``devices_per_node`` = ``ranks_per_host``, ``inter_latency_s``
+    = ``latency_s`` when measured, else the profile's. Compute, intra-host links and cores
+    per host stay the profile's: a host here is a machine like the profile's, of which
+    ``ranks_per_host`` ranks share the cores.
+
+    Raises:
+        GnnpipeError: a non-positive rate, ranks per host below 1, or a negative latency.
+    """
+    if rate_bps is not None and not rate_bps > 0:
+        raise GnnpipeError(f"link rate must be positive bits/s, got {rate_bps!r}")
+    if int(ranks_per_host) != ranks_per_host or ranks_per_host < 1:
+        raise GnnpipeError(f"ranks per host must be a positive integer, got {ranks_per_host!r}")
+    if latency_s is not None and not (math.isfinite(latency_s) and latency_s >= 0):
+        raise GnnpipeError(f"link latency must be a non-negative number of seconds, got {latency_s!r}")
+    bw = profile.inter_bw_bytes_s if rate_bps is None else rate_bps / 8.0
+    rate = "unshaped" if rate_bps is None else f"{rate_bps / 1e6:g}mbit"
+    return replace(profile, inter_bw_bytes_s=float(bw), devices_per_node=int(ranks_per_host),
+                   inter_latency_s=float(profile.inter_latency_s if latency_s is None else latency_s),
+                   name=f"{profile.name}@{rate}",
+                   description=f"{profile.description}; {ranks_per_host} rank(s) per host, {rate} links per host")
 
 
 def profiles_dir() -> Path:
@@ -186,7 +217,7 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
             continue  # HardwareProfile fills the default
         v = tab[k]
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0 or (
-            v == 0 and k in ("cores_per_host", "gather_bytes_s")
+            v == 0 and k in ("cores_per_host", "gather_bytes_s", "a2a_factor")
         ) or (k.endswith("_slowdown") and v < 1):
             raise GnnpipeError(f"{p}: field profile.{k} must be a positive number, got {v!r} ({what})")
         kw[k] = float(v)
