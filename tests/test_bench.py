@@ -186,6 +186,26 @@ def test_report_fills_marked_sections_only(tmp_path):
     assert int(CONFIGS["cora-gcn2-graph"][2][CONFIGS["cora-gcn2-graph"][2].index("--epochs") + 1]) == 200
 
 
+def test_accuracy_summary_mean_sd_and_distance_from_graph():
+    from gnnpipe.bench.accuracy import summarize
+
+    def rows(name, accs):
+        return [{"name": name, "seed": k, "ok": True, "test_acc": a, "mean_epoch_time_s": 1.0, "epochs": 60}
+                for k, a in enumerate(accs)]
+
+    md = summarize(rows("squirrel-gcnii32-graph", [0.40, 0.42, 0.44]) + rows("squirrel-gcnii32-pipeline", [0.40, 0.41, 0.42])
+                   + rows("squirrel-gcnii32-hybrid", [0.38, 0.39, 0.40])
+                   + [{"name": "physics-gcnii32-graph", "seed": 0, "ok": False, "error": "x", "epochs": 15}]
+                   + rows("physics-gcnii32-pipeline", [0.93]))
+    line = {ln.split(" | ")[0].strip("| "): ln for ln in md.splitlines()[2:]}
+    assert "| 3 | 42.00 ± 2.00 |  |" in line["squirrel-gcnii32-graph"]  # sample sd of 40, 42, 44
+    assert "| 3 | 41.00 ± 1.00 | -1.00 (within 1.5) |" in line["squirrel-gcnii32-pipeline"]
+    assert "| 3 | 39.00 ± 1.00 | -3.00 (below by more than 1.5) |" in line["squirrel-gcnii32-hybrid"]
+    assert "FAILED" in line["physics-gcnii32-graph"]
+    assert "| 1 | 93.00 ± 0.00 |  |" in line["physics-gcnii32-pipeline"]  # no graph mean to compare with
+    assert "for 150 epochs; this run had 60" in line["squirrel-gcnii32-hybrid"]
+
+
 # ----------------------------------------------------------------------------- load
 def test_load_fields_flag_cells_above_the_cores(capsys):
     quiet = {"load": [0.5, 0.4, 0.3], "cpus": 2}

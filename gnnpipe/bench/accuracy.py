@@ -90,25 +90,34 @@ def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | No
             "command": " ".join(cmd[2:])}
 
 
+#: How far (test-accuracy points, mean over seeds) pipeline and hybrid may fall below graph parallelism.
+WITHIN = 1.5
+
+
 def summarize(results: list[dict]) -> str:
-    """The markdown table: mean ± sd of the test accuracy per configuration, its target, and
-    (when a run was shorter than the configuration's schedule, e.g. ``--quick``) that the
-    target is not reachable in that many epochs."""
+    """The markdown table: mean ± sd (sample sd over seeds) of the test accuracy per
+    configuration, and for pipeline and hybrid rows the difference of their mean from the
+    graph-parallel row's mean of the same dataset and model, with whether it stays within
+    :data:`WITHIN` points either way; its target; and (when a run was shorter than the configuration's
+    schedule, e.g. ``--quick``) that the target is not reachable in that many epochs."""
 
     by: dict[str, list[dict]] = {}
     for r in results:
         by.setdefault(r["name"], []).append(r)
-    lines = ["| config | seeds | test acc % (mean ± sd) | target | mean epoch s |", "|---|---|---|---|---|"]
+    means = {name: statistics.mean(100 * r["test_acc"] for r in rs if r.get("ok"))
+             for name, rs in by.items() if any(r.get("ok") for r in rs)}
+    lines = ["| config | seeds | test acc % (mean ± sd) | vs graph (points) | target | mean epoch s |",
+             "|---|---|---|---|---|---|"]
     for name, rs in by.items():
         ok = [r for r in rs if r.get("ok")]
         if not ok:
-            lines.append(f"| {name} | {len(rs)} | FAILED | {CONFIGS[name][3]} | |")
+            lines.append(f"| {name} | {len(rs)} | FAILED | | {CONFIGS[name][3]} | |")
             continue
         accs = [100 * r["test_acc"] for r in ok]
         sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
         ep = statistics.mean(r["mean_epoch_time_s"] for r in ok)
         tgt = CONFIGS[name][3]
-        key = name.rsplit("-", 1)[0]
+        key, mode = name.rsplit("-", 1)
         if key in PAPER_P and name.endswith("pipeline"):
             tgt += f" (paper P {PAPER_P[key]})"
         flags = CONFIGS[name][2]
@@ -116,13 +125,19 @@ def summarize(results: list[dict]) -> str:
         ran = {r.get("epochs", full) for r in ok}
         if min(ran) < full:
             tgt += f" — for {full} epochs; this run had {min(ran)}, not a test of the target"
-        lines.append(f"| {name} | {len(ok)} | {statistics.mean(accs):.2f} ± {sd:.2f} | {tgt} | {ep:.3f} |")
+        delta = ""
+        if mode != "graph" and f"{key}-graph" in means:
+            d = means[name] - means[f"{key}-graph"]
+            verdict = "within" if abs(d) <= WITHIN else ("below by more than" if d < 0 else "above by more than")
+            delta = f"{d:+.2f} ({verdict} {WITHIN})"
+        lines.append(f"| {name} | {len(ok)} | {statistics.mean(accs):.2f} ± {sd:.2f} | {delta} | {tgt} | {ep:.3f} |")
     return "\n".join(lines)
 
 
 def plot(results: list[dict], path: Path) -> Path:
-    """Test accuracy per configuration: mean over seeds (bar, coloured by mode), one dot per
-    seed, and the configuration's numeric target as a tick. A configuration run for fewer
+    """Test accuracy per configuration: mean over seeds (bar, coloured by mode, with ± sd
+    over seeds when there are several), one dot per seed, and the configuration's numeric
+    target as a tick (in the legend only when one is drawn). A configuration run for fewer
     epochs than its schedule says so under its label (its target is not being tested).
 
     Args:
@@ -144,16 +159,18 @@ def plot(results: list[dict], path: Path) -> Path:
     names = [n for n in CONFIGS if n in by]
     plt = C.pyplot()
     fig, ax = plt.subplots(figsize=(max(4.8, 0.6 * len(names) + 1.5), 4.0), layout="constrained")
-    short = False
+    short = targets = False
     labels = []
     for x, name in enumerate(names):
         accs = [100 * r["test_acc"] for r in by[name]]
         mode = name.rsplit("-", 1)[1] if name.rsplit("-", 1)[1] in C.MODE_COLORS else "graph"
-        ax.bar(x, statistics.mean(accs), 0.7, color=C.MODE_COLORS[mode])
+        ax.bar(x, statistics.mean(accs), 0.7, color=C.MODE_COLORS[mode],
+               yerr=statistics.stdev(accs) if len(accs) > 1 else None, capsize=3, ecolor="0.35")
         ax.plot([x] * len(accs), accs, "o", color="black", ms=3.5)
         m = re.match(r">= ([0-9.]+)", CONFIGS[name][3])
         if m:
             ax.plot([x - 0.4, x + 0.4], [float(m.group(1))] * 2, color="black", lw=1.5, ls="--")
+            targets = True
         flags = CONFIGS[name][2]
         full = int(flags[flags.index("--epochs") + 1])
         ran = min(r.get("epochs", full) for r in by[name])
@@ -168,8 +185,9 @@ def plot(results: list[dict], path: Path) -> Path:
     ax.set_ylim(0, 100)
     modes = [m for m in C.MODE_COLORS if any(n.endswith("-" + m) for n in names)]
     C.legend_below(fig, [Patch(color=C.MODE_COLORS[m]) for m in modes]
-                   + [Line2D([], [], color="black", marker="o", ls="none"), Line2D([], [], color="black", ls="--")],
-                   modes + ["one seed", "target"])
+                   + [Line2D([], [], color="black", marker="o", ls="none")]
+                   + ([Line2D([], [], color="black", ls="--")] if targets else []),
+                   modes + ["one seed"] + (["target"] if targets else []))
     seeds = sorted({r["seed"] for rs in by.values() for r in rs})
     ax.set_title(f"Accuracy, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" + (": a shortened run, not a test of the targets"
                                                                      if short else ""), fontsize=9.5)
