@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.comm import detect_launch, init_communicator
+from gnnpipe.comm import apply_threads, detect_launch, init_communicator
 from gnnpipe.config import TrainConfig
 from gnnpipe.data.graph import Graph, symmetric_csr
 from gnnpipe.export import save_model
@@ -40,7 +40,7 @@ from gnnpipe.parallel.features import features_to_tensor
 from gnnpipe.testing import run_ranks
 from gnnpipe.train.loop import run_training
 from gnnpipe.train.rundir import open_run_dir
-from gnnpipe.train.setup import apply_threads, gather_model_state, model_config
+from gnnpipe.train.setup import gather_model_state, model_config
 
 __all__ = ["Result", "TrainedModel", "fit", "launch"]
 
@@ -154,7 +154,7 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
     except TypeError as e:  # an unknown keyword
         raise GnnpipeError(f"fit: {e}; the options are gnnpipe-train's (gnnpipe-train --help)") from None
     launch_info = detect_launch()
-    apply_threads(cfg, launch_info)
+    apply_threads(cfg.threads, launch_info)
     own = comm is None
     if own:
         kind = cfg.comm if cfg.comm != "auto" else ("mpi" if launch_info.launcher in ("mpich", "openmpi") else "torch")

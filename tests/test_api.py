@@ -131,8 +131,8 @@ def test_launch_refuses_what_ranks_cannot_import():
 def test_user_thread_count_wins(env, threads, expect):
     """OMP_NUM_THREADS and --threads win over the automatic share (checked in a fresh process)."""
     code = ("import torch; from gnnpipe.comm import detect_launch, threads_per_rank; from gnnpipe.config import TrainConfig; "
-            "from gnnpipe.train.setup import apply_threads; "
-            f"n = apply_threads(TrainConfig(threads={threads}), detect_launch()); print(n, threads_per_rank())")
+            "from gnnpipe.comm import apply_threads; "
+            f"n = apply_threads(TrainConfig(threads={threads}).threads, detect_launch()); print(n, threads_per_rank())")
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
     n, share = map(int, out.stdout.split())

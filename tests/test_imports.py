@@ -164,6 +164,8 @@ ALLOWED_LOCAL_IMPORTS = {
     # fast start and light imports
     ("gnnpipe", "gnnpipe.data.graph"): "lazy public names: `import gnnpipe` loads nothing heavy",
     ("gnnpipe", "gnnpipe.api"): "lazy public names: `import gnnpipe` loads nothing heavy",
+    ("gnnpipe.train", "gnnpipe"): "lazy re-exports: importing gnnpipe.train.<module> must not load PyG "
+                                  "before gnnpipe-train has initialised MPI (hydra killed runs otherwise)",
     ("gnnpipe.cli.*", "gnnpipe"): "a CLI's --help and errors come before the heavy imports "
                                   "(cli/plan: cost.calibrate loads torch and the test harness)",
     ("gnnpipe.bench.cli", "gnnpipe.bench"): "gnnpipe-bench loads one benchmark's imports, the one it runs",

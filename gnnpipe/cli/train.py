@@ -26,13 +26,10 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.checkpoint import CheckpointWriteError, find_checkpoint, read_commit
 from gnnpipe.cli import quiet_known_warnings
-from gnnpipe.comm import detect_launch, exit_process, init_communicator
+from gnnpipe.comm import apply_threads, detect_launch, exit_process, init_communicator
 from gnnpipe.config import TrainConfig, build_parser, load_toml, parse_config
 from gnnpipe.train.guards import NonFiniteLossError, SetupError
-from gnnpipe.export import save_model
-from gnnpipe.train.loop import run_training
 from gnnpipe.train.rundir import MetricsWriteError, open_run_dir
-from gnnpipe.train.setup import apply_threads, gather_model_state, model_config
 
 log = logging.getLogger("gnnpipe.train")
 
@@ -104,11 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
                 raise SetupError(str(e)) from e
         _check_device(cfg.device)
-        apply_threads(cfg, launch)  # --threads, else the user's OMP_NUM_THREADS, else a share of the cores
+        apply_threads(cfg.threads, launch)  # --threads, else the user's OMP_NUM_THREADS, else a share of the cores
         kind = cfg.comm
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
         comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
+        # The trainer (and with it PyG) is imported only now, after MPI_Init: importing
+        # torch_geometric first made hydra kill about one 4-rank hybrid run in eight at exit.
+        from gnnpipe.export import save_model
+        from gnnpipe.train.loop import run_training
+        from gnnpipe.train.setup import gather_model_state, model_config
+
         # Rank 0 names, checks and locks the run directory; every rank gets its name.
         out, run_lock = open_run_dir(comm, cfg, resume_run)
         if rank0:

@@ -14,7 +14,7 @@ bytes. One interface (:mod:`.base`: semantics, timeouts, byte accounting), three
 
 from gnnpipe.comm.base import (CATEGORIES, MAX_TAG, CommError, CommStats, CommTimeoutError, CommUsageError,
                                Communicator, PeerFailedError, Work)
-from gnnpipe.comm.launch import detect_launch, exit_process, init_communicator, threads_per_rank
+from gnnpipe.comm.launch import apply_threads, detect_launch, exit_process, init_communicator, threads_per_rank
 from gnnpipe.comm.launch_info import LaunchInfo
 from gnnpipe.comm.local import SingleProcessCommunicator
 from gnnpipe.comm.torch_backend import TorchCommunicator
@@ -22,5 +22,5 @@ from gnnpipe.comm.torch_backend import TorchCommunicator
 __all__ = [
     "CATEGORIES", "MAX_TAG", "CommError", "CommStats", "CommTimeoutError", "CommUsageError", "Communicator",
     "LaunchInfo", "PeerFailedError", "SingleProcessCommunicator", "TorchCommunicator", "Work", "detect_launch",
-    "exit_process", "init_communicator", "threads_per_rank",
+    "apply_threads", "exit_process", "init_communicator", "threads_per_rank",
 ]

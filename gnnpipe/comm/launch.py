@@ -136,6 +136,25 @@ def threads_per_rank(launch: LaunchInfo | None = None) -> int:
     return max(1, cores // launch.local_world_size)
 
 
+def apply_threads(threads: int, launch: LaunchInfo) -> int:
+    """Set this rank's intra-op threads; returns the count in force.
+
+    ``--threads N`` wins; otherwise a count the user chose (``OMP_NUM_THREADS``, or a
+    ``torch.set_num_threads`` that differs from torch's default) is kept; otherwise the rank
+    takes its share of the host's cores (:func:`threads_per_rank`): several
+    ranks each using every core run many times slower than one thread each.
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    elif not os.environ.get("OMP_NUM_THREADS") and torch.get_num_threads() == _TORCH_DEFAULT_THREADS:
+        torch.set_num_threads(threads_per_rank(launch))
+    return torch.get_num_threads()
+
+
+# torch's own choice before anyone set it (read at import: a later set_num_threads is the user's)
+_TORCH_DEFAULT_THREADS = torch.get_num_threads()
+
+
 def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
                       timeout_s: float = 60.0, init_method: str | None = None,
                       env: Mapping[str, str] | None = None) -> Communicator:

@@ -23,10 +23,28 @@ run's. A NaN or Inf loss stops the run, naming the epoch and (pipeline) the firs
 output was non-finite; no checkpoint is written after such an epoch.
 """
 
-from gnnpipe.data.load import load_graph_for, row_normalized
-from gnnpipe.train.guards import NonFiniteLossError, SetupError, agree_on_setup
-from gnnpipe.train.loop import KEEP_CHECKPOINTS, train
-from gnnpipe.train.setup import build_executor, model_config, plan_for
-
 __all__ = ["KEEP_CHECKPOINTS", "NonFiniteLossError", "SetupError", "agree_on_setup", "build_executor",
            "load_graph_for", "model_config", "plan_for", "row_normalized", "train"]
+
+
+def __getattr__(name: str):
+    # Lazy: importing gnnpipe.train.<module> must not pull in the model libraries (PyG) before
+    # the command has initialised MPI; importing torch_geometric before MPI_Init made hydra
+    # kill about one 4-rank hybrid run in eight at exit (measured this session).
+    if name in ("load_graph_for", "row_normalized"):
+        from gnnpipe.data import load
+
+        return getattr(load, name)
+    if name in ("NonFiniteLossError", "SetupError", "agree_on_setup"):
+        from gnnpipe.train import guards
+
+        return getattr(guards, name)
+    if name in ("KEEP_CHECKPOINTS", "train"):
+        from gnnpipe.train import loop
+
+        return getattr(loop, name)
+    if name in ("build_executor", "model_config", "plan_for"):
+        from gnnpipe.train import setup
+
+        return getattr(setup, name)
+    raise AttributeError(f"module 'gnnpipe.train' has no attribute {name!r}")

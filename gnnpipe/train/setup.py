@@ -7,12 +7,7 @@ then the partition plan is loaded (and checked against the dataset) or made in m
 
 from __future__ import annotations
 
-import os
-
-import torch
-
 from gnnpipe._base import GnnpipeError
-from gnnpipe.comm import LaunchInfo, threads_per_rank
 from gnnpipe.config import TrainConfig
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import ModelConfig
@@ -67,25 +62,6 @@ def build_executor(cfg: TrainConfig, comm, graph) -> tuple[Executor, object]:
                               history_dtype=cfg.history_dtype, device=cfg.device,
                               wire=Wire(cfg.wire, cfg.seed))
     return ex, plan
-
-
-def apply_threads(cfg: TrainConfig, launch: LaunchInfo) -> int:
-    """Set this rank's intra-op threads; returns the count in force.
-
-    ``--threads N`` wins; otherwise a count the user chose (``OMP_NUM_THREADS``, or a
-    ``torch.set_num_threads`` that differs from torch's default) is kept; otherwise the rank
-    takes its share of the host's cores (:func:`gnnpipe.comm.threads_per_rank`): several
-    ranks each using every core run many times slower than one thread each.
-    """
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    elif not os.environ.get("OMP_NUM_THREADS") and torch.get_num_threads() == _TORCH_DEFAULT_THREADS:
-        torch.set_num_threads(threads_per_rank(launch))
-    return torch.get_num_threads()
-
-
-# torch's own choice before anyone set it (read at import: a later set_num_threads is the user's)
-_TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 
 def gather_model_state(ex: Executor, comm, num_units: int) -> dict:
