@@ -41,15 +41,15 @@ def train_args(out: Path, mode: str = "graph", layers: int = 2) -> list[str]:
             "--timeout", str(TIMEOUT_S), "--no-progress", "--threads", "1", "--out", str(out)]
 
 
-# Rank processes run the trainer's main() behind a SIGUSR1 handler that raises, so a test
-# can make one rank fail with an ordinary Python exception at a moment of its choosing.
+# Rank processes run gnnpipe-train's console entry behind a SIGUSR1 handler that raises, so a
+# test can make one rank fail with an ordinary Python exception at a moment of its choosing.
 _RAISING_MAIN = (
-    "import signal, sys\n"
+    "import signal\n"
     "def _boom(*_):\n"
     "    raise RuntimeError('injected failure')\n"
     "signal.signal(signal.SIGUSR1, _boom)\n"
-    "from gnnpipe.cli.train import main\n"
-    "sys.exit(main())\n"
+    "from gnnpipe.cli.train import entry\n"
+    "entry()\n"
 )
 
 

@@ -17,6 +17,7 @@ import io
 import logging
 import os
 import sys
+import traceback
 from dataclasses import fields
 from pathlib import Path
 from typing import Sequence
@@ -106,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
         comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
-        # The trainer (and with it PyG) is imported only now, after MPI_Init: importing
-        # torch_geometric first made hydra kill about one 4-rank hybrid run in eight at exit.
+        # The trainer (and with it PyG, seconds of imports) is loaded only now, so that bad
+        # input and a failed rendezvous are reported without waiting for it.
         from gnnpipe.export import save_model
         from gnnpipe.train.loop import run_training
         from gnnpipe.train.setup import gather_model_state, model_config
@@ -164,4 +165,13 @@ def entry() -> None:
     # Deep residual stacks drift into denormals, which are ~10x slower on CPUs. Process-wide
     # state, so only the console entry sets it (in-process callers such as tests keep theirs).
     torch.set_flush_denormal(True)
-    exit_process(main())
+    try:
+        rc = main()
+    except SystemExit as e:  # argparse's --help and usage errors
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except BaseException:  # a bug: report it, then leave without teardown like any failure
+        traceback.print_exc()
+        rc = 1
+    exit_process(rc)

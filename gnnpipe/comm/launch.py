@@ -8,6 +8,7 @@ Python's teardown.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
@@ -230,4 +231,10 @@ def exit_process(rc: int) -> None:
 
         if MPI.Is_initialized() and not MPI.Is_finalized():
             MPI.Finalize()
+        if MPI.Is_finalized():
+            # After MPI_Finalize, leave through the C library's exit(): it runs the C-level
+            # atexit handlers MPI registered (but not Python's teardown). Measured with
+            # MPICH's hydra, 4 ranks doing only Barrier, Finalize, os._exit(0): 6 of 10 jobs
+            # were reported as "Killed (signal 9)"; with exit(0), 0 of 30.
+            ctypes.CDLL(None).exit(rc)
     os._exit(rc)

@@ -28,9 +28,8 @@ __all__ = ["KEEP_CHECKPOINTS", "NonFiniteLossError", "SetupError", "agree_on_set
 
 
 def __getattr__(name: str):
-    # Lazy: importing gnnpipe.train.<module> must not pull in the model libraries (PyG) before
-    # the command has initialised MPI; importing torch_geometric before MPI_Init made hydra
-    # kill about one 4-rank hybrid run in eight at exit (measured this session).
+    # Lazy: importing one of gnnpipe.train's modules (the command imports guards and rundir
+    # before it starts) does not pull in the trainer and the model libraries with it.
     if name in ("load_graph_for", "row_normalized"):
         from gnnpipe.data import load
 
