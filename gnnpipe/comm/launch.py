@@ -20,7 +20,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.comm.base import CommError, CommUsageError, Communicator
 from gnnpipe.comm.launch_info import LaunchInfo
 from gnnpipe.comm.local import SingleProcessCommunicator
-from gnnpipe.comm.torch_backend import init_torch
+from gnnpipe.comm.torch_backend import init_torch, kill_stopped_peers
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,9 @@ def exit_process(rc: int) -> None:
         logging.shutdown()
     except Exception:
         pass
+    # Only now, with the error that names them printed: hydra takes this rank down the
+    # moment a killed peer is reported.
+    kill_stopped_peers()
     if rc == 0 and "mpi4py.MPI" in sys.modules:
         from mpi4py import MPI
 
