@@ -80,15 +80,15 @@ def start_torch_ranks(world: int, out: Path, args: list[str],
     return procs
 
 
-def start_script(script: str, launcher_args: list[str], args: list[str], out: Path
-                 ) -> subprocess.Popen:
+def start_script(script: str, launcher_args: list[str], args: list[str], out: Path,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
     """One of scripts/launch/*.sh, in a session of its own, output to out/launcher.log."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "launcher.log", "wb") as log:
         return subprocess.Popen(
             [str(REPO / "scripts" / "launch" / script), *launcher_args, "--", *args],
             env=dict(os.environ, OMP_NUM_THREADS="1", GNNPIPE_VENV=str(VENV_BIN.parent),
-                     GNNPIPE_GRACE_S="10"),
+                     GNNPIPE_GRACE_S="10", **(env or {})),
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -260,7 +260,73 @@ def test_ctrl_c_on_torchrun_script(tmp_path, cleanup):
     assert_no_leftovers(out)
 
 
+def test_stopped_rank_torch_others_exit_naming_it(tmp_path, cleanup):
+    # Torchrun-style ranks, each in a session of its own: no launcher helps, only gnnpipe's
+    # timeout and census can end the stopped rank (it ignores SIGTERM until continued).
+    out = tmp_path / "run"
+    procs = start_torch_ranks(2, out, train_args(out))
+    cleanup += procs
+    wait_epochs(out, 2, procs)
+    procs[1].send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    codes = wait_all(procs, TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    assert None not in codes, f"still running {took:.0f} s after rank 1 stopped: {codes}\n{logs(out)}"
+    assert codes == [2, -signal.SIGKILL], f"{codes}\n{logs(out)}"
+    text = (out / "rank0.log").read_text(errors="replace")
+    assert "gnnpipe-train: error: rank 0:" in text, text[-3000:]
+    assert "failure census: rank 1 is stopped" in text and "SIGKILL" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
 # --------------------------------------------------------------------------- MPI (hydra)
+
+
+# Hydra waits for every rank that did not initialise MPI (torch communicator) and only ends
+# the job when one dies of a signal: before the census killed a stopped rank, mpirun never
+# returned. Rank 0 stopped also covers the store's host: the census reads the pids at start.
+@pytest.mark.slow  # ~25 s
+@pytest.mark.mpi
+@pytest.mark.parametrize("victim_rank", [1, pytest.param(0, marks=pytest.mark.slow)])
+def test_stopped_rank_mpirun_torch_job_ends_naming_it(tmp_path, cleanup, victim_rank):
+    out = tmp_path / "run"
+    p = start_script("mpirun.sh", ["-n", "2"], [*train_args(out), "--comm", "torch"], out,
+                     env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    victim = rank_pid(out, victim_rank)
+    os.kill(victim, signal.SIGSTOP)
+    t0 = time.monotonic()
+    codes = wait_all([p], TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes[0] not in (None, 0), f"mpirun.sh {codes} after {took:.0f} s\n{text[-3000:]}"
+    assert f"rank {victim_rank} is stopped" in text and "SIGKILL" in text, text[-3000:]
+    assert f"PID {victim} " in text, text[-3000:]  # hydra: the stopped rank was killed
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
+@pytest.mark.slow  # ~20 s
+@pytest.mark.mpi
+def test_stopped_rank_mpirun_mpi_job_ends_naming_it(tmp_path, cleanup):
+    # The MPI communicator: the survivor times out and exits without MPI_Finalize, and hydra
+    # then ends the job with SIGKILL, which a stopped process cannot ignore.
+    out = tmp_path / "run"
+    p = start_script("mpirun.sh", ["-n", "2"], train_args(out), out)
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    os.kill(rank_pid(out, 1), signal.SIGSTOP)
+    t0 = time.monotonic()
+    codes = wait_all([p], TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes[0] not in (None, 0), f"mpirun.sh {codes} after {took:.0f} s\n{text[-3000:]}"
+    assert "gnnpipe-train: error: rank 0:" in text and "rank 1" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
 
 
 @pytest.mark.slow  # ~15 s
@@ -367,3 +433,71 @@ def test_census_when_the_store_is_gone():
 
     verdict = _FailureCensus(GoneStore(), 2, 4, 8.0).verdict()
     assert "store cannot be reached" in verdict and "rank 0" in verdict, verdict
+
+
+def _stopped_child() -> subprocess.Popen:
+    p = subprocess.Popen(["sleep", "60"], start_new_session=True)  # cleanup kills its group
+    os.kill(p.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while psutil.Process(p.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return p
+
+
+def test_census_kills_a_registered_stopped_rank_only_at_exit(cleanup):
+    import socket as so
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import _proc_stat, kill_stopped_peers
+
+    victim = _stopped_child()
+    cleanup.append(victim)
+    store = dist.HashStore()
+    start = _proc_stat(victim.pid)[1]
+    store.set("gnnpipe/census/0/who/1", f"{so.gethostname()} {victim.pid} {start}")
+    c = _census(store, world=2, timeout_s=2.0)
+    verdict = c.verdict()
+    assert verdict.startswith("rank 1 is stopped") and "SIGKILL" in verdict, verdict
+    assert victim.poll() is None  # not yet: the rank prints its error first
+    kill_stopped_peers()
+    assert victim.wait(timeout=5) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("who", ["no start time", "another process on that pid"])
+def test_census_never_kills_a_process_it_cannot_prove_is_the_rank(cleanup, who):
+    import socket as so
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import kill_stopped_peers
+
+    victim = _stopped_child()
+    cleanup.append(victim)
+    store = dist.HashStore()
+    entry = f"{so.gethostname()} {victim.pid}" + ("" if who == "no start time" else " 1")
+    store.set("gnnpipe/census/0/who/1", entry)
+    verdict = _census(store, world=2, timeout_s=2.0).verdict()
+    assert "stopped" not in verdict, verdict
+    kill_stopped_peers()
+    time.sleep(0.2)
+    assert victim.poll() is None
+
+
+def test_census_spares_a_rank_continued_within_its_window(cleanup):
+    import socket as so
+    import threading
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import _proc_stat
+
+    victim = _stopped_child()  # a whole job's Ctrl-Z then fg: stopped only for a moment
+    cleanup.append(victim)
+    store = dist.HashStore()
+    store.set("gnnpipe/census/0/who/1",
+              f"{so.gethostname()} {victim.pid} {_proc_stat(victim.pid)[1]}")
+    threading.Timer(0.2, os.kill, (victim.pid, signal.SIGCONT)).start()
+    verdict = _census(store, world=2, timeout_s=2.0).verdict()
+    assert "no failure report" in verdict and "rank 1" in verdict, verdict
+    assert victim.poll() is None
