@@ -260,7 +260,7 @@ def test_ctrl_c_on_torchrun_script(tmp_path, cleanup):
     assert_no_leftovers(out)
 
 
-def test_stopped_rank_torch_others_exit_naming_it(tmp_path, cleanup):
+def test_stopped_rank_torch_others_exit_naming_it(tmp_path, cleanup):  # ~23 s
     # Torchrun-style ranks, each in a session of its own: no launcher helps, only gnnpipe's
     # timeout and census can end the stopped rank (it ignores SIGTERM until continued).
     out = tmp_path / "run"
@@ -286,8 +286,7 @@ def test_stopped_rank_torch_others_exit_naming_it(tmp_path, cleanup):
 # Hydra waits for every rank that did not initialise MPI (torch communicator) and only ends
 # the job when one dies of a signal: before the census killed a stopped rank, mpirun never
 # returned. Rank 0 stopped also covers the store's host: the census reads the pids at start.
-@pytest.mark.slow  # ~25 s
-@pytest.mark.mpi
+@pytest.mark.mpi  # ~22 s each; rank 0 is the rarer case, left to the full run
 @pytest.mark.parametrize("victim_rank", [1, pytest.param(0, marks=pytest.mark.slow)])
 def test_stopped_rank_mpirun_torch_job_ends_naming_it(tmp_path, cleanup, victim_rank):
     out = tmp_path / "run"
@@ -308,8 +307,7 @@ def test_stopped_rank_mpirun_torch_job_ends_naming_it(tmp_path, cleanup, victim_
     assert_no_leftovers(out)
 
 
-@pytest.mark.slow  # ~20 s
-@pytest.mark.mpi
+@pytest.mark.mpi  # ~18 s
 def test_stopped_rank_mpirun_mpi_job_ends_naming_it(tmp_path, cleanup):
     # The MPI communicator: the survivor times out and exits without MPI_Finalize, and hydra
     # then ends the job with SIGKILL, which a stopped process cannot ignore.
