@@ -48,6 +48,10 @@ _RAISING_MAIN = (
     "def _boom(*_):\n"
     "    raise RuntimeError('injected failure')\n"
     "signal.signal(signal.SIGUSR1, _boom)\n"
+    "def _hang(*_):\n"  # SIGUSR2: a computation that never ends (the process keeps running)
+    "    while True:\n"
+    "        pass\n"
+    "signal.signal(signal.SIGUSR2, _hang)\n"
     "from gnnpipe.cli.train import main\n"
     "sys.exit(main())\n"
 )
@@ -280,6 +284,27 @@ def test_stopped_rank_torch_others_exit_naming_it(tmp_path, cleanup):  # ~23 s
     assert_no_leftovers(out)
 
 
+@pytest.mark.slow  # ~35 s: two timeouts
+def test_hung_rank_torch_others_exit_and_kill_it(tmp_path, cleanup):
+    # Rank 1 keeps running but never communicates again: after its timeout and one more
+    # (time for any rank inside an operation to fail on its own), rank 0 kills it.
+    out = tmp_path / "run"
+    procs = start_torch_ranks(2, out, train_args(out))
+    cleanup += procs
+    wait_epochs(out, 2, procs)
+    procs[1].send_signal(signal.SIGUSR2)
+    t0 = time.monotonic()
+    codes = wait_all(procs, 2 * TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    assert None not in codes, f"still running {took:.0f} s after rank 1 hung: {codes}\n{logs(out)}"
+    assert codes == [2, -signal.SIGKILL], f"{codes}\n{logs(out)}"
+    text = (out / "rank0.log").read_text(errors="replace")
+    assert "failure census: no failure report" in text and "rank 1 on this host" in text, text[-3000:]
+    assert "rank 1 (pid %d) neither reported" % procs[1].pid in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
 # --------------------------------------------------------------------------- MPI (hydra)
 
 
@@ -498,4 +523,30 @@ def test_census_spares_a_rank_continued_within_its_window(cleanup):
     threading.Timer(0.2, os.kill, (victim.pid, signal.SIGCONT)).start()
     verdict = _census(store, world=2, timeout_s=2.0).verdict()
     assert "no failure report" in verdict and "rank 1" in verdict, verdict
-    assert victim.poll() is None
+    assert "stopped" not in verdict and victim.poll() is None
+    # Running now and silent: only hung once it stays so for one more timeout.
+    assert "rank 1 on this host: killed with SIGKILL if still silent 2 s from now" in verdict
+
+
+def test_census_kills_a_silent_running_rank_one_timeout_later(cleanup, capfd):
+    import socket as so
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import _proc_stat, kill_stopped_peers
+
+    hung = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    reporting = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    cleanup += [hung, reporting]
+    store = dist.HashStore()
+    for r, p in ((1, hung), (2, reporting)):
+        store.set(f"gnnpipe/census/0/who/{r}", f"{so.gethostname()} {p.pid} {_proc_stat(p.pid)[1]}")
+    c = _census(store, world=3, timeout_s=2.0)
+    assert "ranks 1, 2 on this host" in c.verdict()
+    store.set("gnnpipe/census/0/failed/2", "1")  # rank 2 fails on its own meanwhile
+    t0 = time.monotonic()
+    kill_stopped_peers()
+    assert 1.5 < time.monotonic() - t0 < 5  # one timeout (2 s) after the census, less its window
+    assert hung.wait(timeout=5) == -signal.SIGKILL
+    assert reporting.poll() is None  # it reported: not hung
+    assert "rank 1 (pid %d) neither reported" % hung.pid in capfd.readouterr().err

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -69,21 +70,40 @@ def _proc_stat(pid: int) -> tuple[str, str] | None:
     return fields[0], fields[19]
 
 
-# (pid, start time) of stopped peers to SIGKILL when this process exits.
-_TO_KILL: list[tuple[int, str]] = []
+# Peers to SIGKILL when this process exits: (census, rank, pid, start time, hung_after),
+# hung_after None for a stopped peer, else the monotonic time after which a running,
+# silent peer counts as hung.
+_TO_KILL: list[tuple["_FailureCensus", int, int, str, float | None]] = []
 
 
 def kill_stopped_peers() -> None:
-    """SIGKILLs the stopped peers a failure census found (see :class:`_FailureCensus`).
+    """SIGKILLs the stopped or hung peers a failure census found (see :class:`_FailureCensus`).
 
-    Each is checked again first: still that process (same start time) and still stopped.
-    Called by :func:`gnnpipe.comm.launch.exit_process` after the error is printed, and at
+    Each is checked again first: still that process (same start time), and still stopped,
+    or still running without having reported a failure of its own by its deadline (this
+    waits for that, at most one ``--timeout`` after the census). Called by
+    :func:`gnnpipe.comm.launch.exit_process` after the error is printed, and at
     interpreter exit."""
     while _TO_KILL:
-        pid, start = _TO_KILL.pop()
+        census, rank, pid, start, hung_after = _TO_KILL.pop(0)
         try:
-            if _proc_stat(pid) == ("T", start):
-                os.kill(pid, signal.SIGKILL)
+            if hung_after is None:
+                if _proc_stat(pid) == ("T", start):
+                    os.kill(pid, signal.SIGKILL)
+                continue
+            while True:
+                stat = _proc_stat(pid)
+                if stat is None or stat[1] != start or stat[0] in ("Z", "X", "t") or \
+                        census._reported(rank):
+                    break  # gone, reporting its own failure, or under a debugger
+                if time.monotonic() > hung_after:
+                    os.kill(pid, signal.SIGKILL)
+                    print(f"gnnpipe-train: rank {rank} (pid {pid}) neither reported a failure "
+                          "nor exited within the timeout after this rank's failure: hung; "
+                          "killed it with SIGKILL so that the job can end",
+                          file=sys.stderr, flush=True)
+                    break
+                time.sleep(0.1)
         except OSError:  # gone meanwhile, or not ours to kill
             pass
 
@@ -118,8 +138,9 @@ class _FailureCensus:
     already failed (the job is over either way). It only ever kills a rank of this job:
     the pid must be the one that rank registered in this job's store, with the same start
     time (so a reused pid is never hit), on this host. A process stopped under a debugger
-    (state ``t``) is left alone; a peer that is running but silent is left to its own
-    timeout (and to the launcher, which can signal it).
+    (state ``t``) is left alone. A peer on this host that is running but silent is given one
+    more timeout (time enough to fail on its own inside any operation) and then, still
+    silent and running, is hung: killed the same way as this rank exits.
     """
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float,
@@ -135,6 +156,7 @@ class _FailureCensus:
         self._linger_s = timeout_s + min(2.0, timeout_s / 4) + 2.0
         self._rank = rank
         self._world = world_size
+        self._timeout_s = timeout_s
         # Short enough to keep the failure bound close to --timeout even when stages fail
         # one after another, long enough for ranks that fail together to report.
         self.window_s = min(2.0, timeout_s / 4)
@@ -199,11 +221,20 @@ class _FailureCensus:
             # Only a pid registered with its start time: proof it is still that rank.
             if local is None or local[1] is None or self._state(r) != "T":
                 continue
-            if not _TO_KILL:
-                atexit.register(kill_stopped_peers)  # library use; exit_process calls it too
-            _TO_KILL.append((local[0], local[1]))
+            self._schedule(r, local[0], local[1], None)
             killed.append(r)
         return killed
+
+    def _schedule(self, r: int, pid: int, start: str, hung_after: float | None) -> None:
+        if not _TO_KILL:
+            atexit.register(kill_stopped_peers)  # library use; exit_process calls it too
+        _TO_KILL.append((self, r, pid, start, hung_after))
+
+    def _reported(self, r: int) -> bool:
+        try:
+            return bool(self._store.check([f"{self._prefix}failed/{r}"]))
+        except Exception:  # the store is gone: only the process can tell
+            return False
 
     def _stopped_note(self, killed: Sequence[int]) -> str:
         return (f"{_rank_list(killed)} {'is' if len(killed) == 1 else 'are'} stopped "
@@ -290,8 +321,21 @@ class _FailureCensus:
         if parts:
             return "; ".join(parts)
         if silent:
+            # Running here but silent: hung, or still inside an operation of its own that
+            # will time out. Any rank inside a communication call reports or exits within
+            # one more timeout, so one still running and silent after that is hung (e.g.
+            # in a computation that never ends) and would hold the launcher: killed then.
+            here = []
+            for r in silent:
+                local = self._local(r)
+                if local is not None and local[1] is not None and states[r] in ("R", "S", "D"):
+                    self._schedule(r, local[0], local[1],
+                                   time.monotonic() + self._timeout_s + self.window_s)
+                    here.append(r)
+            note = (f" ({_rank_list(here)} on this host: killed with SIGKILL if still silent "
+                    f"{self._timeout_s + self.window_s:.0f} s from now)" if here else "")
             return (f"no failure report within {self.window_s:.0f} s from "
-                    f"{_rank_list(silent)}: dead, hung or cut off")
+                    f"{_rank_list(silent)}: dead, hung or cut off{note}")
         return ("every other rank reported a failure of its own, none died: mismatched "
                 "operations, or a --timeout too short for this work")
 
