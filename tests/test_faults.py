@@ -52,8 +52,8 @@ _RAISING_MAIN = (
     "    while True:\n"
     "        pass\n"
     "signal.signal(signal.SIGUSR2, _hang)\n"
-    "from gnnpipe.cli.train import main\n"
-    "sys.exit(main())\n"
+    "from gnnpipe.cli.train import entry\n"  # the console script's own exit path
+    "entry()\n"
 )
 
 

@@ -8,7 +8,6 @@ read from the rendezvous store.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import re
@@ -82,8 +81,9 @@ def kill_stopped_peers() -> None:
     Each is checked again first: still that process (same start time), and still stopped,
     or still running without having reported a failure of its own by its deadline (this
     waits for that, at most one ``--timeout`` after the census). Called by
-    :func:`gnnpipe.comm.launch.exit_process` after the error is printed, and at
-    interpreter exit."""
+    :func:`gnnpipe.comm.launch.exit_process` when a rank exits with an error, after the
+    error is printed. Not at interpreter exit: a library caller may catch the error and go
+    on, and its peers are then none of its business."""
     while _TO_KILL:
         census, rank, pid, start, hung_after = _TO_KILL.pop(0)
         try:
@@ -130,8 +130,8 @@ class _FailureCensus:
     communicator; torchrun, for its 30 s grace) waits on it, forever under hydra. So a
     survivor that finds a silent peer on this host in job-control stop (``/proc`` state
     ``T``) for the whole census window ends it with SIGKILL, which works on stopped
-    processes, and says so in its verdict. The kill waits until this rank exits
-    (:func:`kill_stopped_peers`, from ``exit_process`` or at interpreter exit): hydra
+    processes, and says so in its verdict. The kill waits until this rank exits with the
+    error (:func:`kill_stopped_peers`, from ``exit_process``): hydra
     SIGKILLs every other rank the moment one dies of a signal, which would otherwise take
     this rank down before it has printed the error that names the stopped rank. This is the smallest mechanism that works with
     every launcher, needs nothing from the launcher, and acts only once this rank has
@@ -226,8 +226,6 @@ class _FailureCensus:
         return killed
 
     def _schedule(self, r: int, pid: int, start: str, hung_after: float | None) -> None:
-        if not _TO_KILL:
-            atexit.register(kill_stopped_peers)  # library use; exit_process calls it too
         _TO_KILL.append((self, r, pid, start, hung_after))
 
     def _reported(self, r: int) -> bool:
