@@ -305,6 +305,27 @@ def test_hung_rank_torch_others_exit_and_kill_it(tmp_path, cleanup):
     assert_no_leftovers(out)
 
 
+@pytest.mark.slow  # ~30 s: torchrun's agent plus 2 ranks
+def test_stopped_rank_torchrun_script_ends_naming_it(tmp_path, cleanup):
+    # Real torchrun: it would SIGTERM the stopped rank and wait 30 s before SIGKILL; the
+    # census kills it first, and the wrapper keeps torchrun's own traceback out.
+    out = tmp_path / "run"
+    p = start_script("torchrun.sh", ["--nproc-per-node", "2"], train_args(out), out)
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    victim = next(q for q in processes_of(out)
+                  if q.environ().get("RANK") == "1" and not q.children())
+    victim.suspend()
+    t0 = time.monotonic()
+    codes = wait_all([p], TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes == [1], f"torchrun.sh {codes} after {took:.0f} s\n{text[-3000:]}"
+    assert "failure census: rank 1 is stopped" in text, text[-3000:]
+    assert "exitcode  : -9" in text and "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
 # --------------------------------------------------------------------------- MPI (hydra)
 
 
