@@ -546,7 +546,7 @@ def test_census_spares_a_rank_continued_within_its_window(cleanup):
     assert "no failure report" in verdict and "rank 1" in verdict, verdict
     assert "stopped" not in verdict and victim.poll() is None
     # Running now and silent: only hung once it stays so for one more timeout.
-    assert "rank 1 on this host: killed with SIGKILL if still silent 2 s from now" in verdict
+    assert "rank 1 on this host: killed with SIGKILL as this rank exits if still silent 2 s from now" in verdict
 
 
 def test_census_kills_a_silent_running_rank_one_timeout_later(cleanup, capfd):

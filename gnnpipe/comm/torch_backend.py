@@ -330,8 +330,9 @@ class _FailureCensus:
                     self._schedule(r, local[0], local[1],
                                    time.monotonic() + self._timeout_s + self.window_s)
                     here.append(r)
-            note = (f" ({_rank_list(here)} on this host: killed with SIGKILL if still silent "
-                    f"{self._timeout_s + self.window_s:.0f} s from now)" if here else "")
+            note = (f" ({_rank_list(here)} on this host: killed with SIGKILL as this rank "
+                    f"exits if still silent {self._timeout_s + self.window_s:.0f} s from now)"
+                    if here else "")
             return (f"no failure report within {self.window_s:.0f} s from "
                     f"{_rank_list(silent)}: dead, hung or cut off{note}")
         return ("every other rank reported a failure of its own, none died: mismatched "
