@@ -131,11 +131,11 @@ class _FailureCensus:
     survivor that finds a silent peer on this host in job-control stop (``/proc`` state
     ``T``) for the whole census window ends it with SIGKILL, which works on stopped
     processes, and says so in its verdict. The kill waits until this rank exits with the
-    error (:func:`kill_stopped_peers`, from ``exit_process``): hydra
-    SIGKILLs every other rank the moment one dies of a signal, which would otherwise take
-    this rank down before it has printed the error that names the stopped rank. This is the smallest mechanism that works with
-    every launcher, needs nothing from the launcher, and acts only once this rank has
-    already failed (the job is over either way). It only ever kills a rank of this job:
+    error (:func:`kill_stopped_peers`, from ``exit_process``): hydra SIGKILLs every other
+    rank the moment one dies of a signal, which would otherwise take this rank down before
+    it has printed the error that names the stopped rank. This is the smallest mechanism
+    that works with every launcher, needs nothing from the launcher, and acts only once
+    this rank has already failed (the job is over either way). It only ever kills a rank of this job:
     the pid must be the one that rank registered in this job's store, with the same start
     time (so a reused pid is never hit), on this host. A process stopped under a debugger
     (state ``t``) is left alone. A peer on this host that is running but silent is given one
