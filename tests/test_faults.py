@@ -41,14 +41,19 @@ def train_args(out: Path, mode: str = "graph", layers: int = 2) -> list[str]:
             "--timeout", str(TIMEOUT_S), "--no-progress", "--threads", "1", "--out", str(out)]
 
 
-# Rank processes run gnnpipe-train's console entry behind a SIGUSR1 handler that raises, so a
-# test can make one rank fail with an ordinary Python exception at a moment of its choosing.
+# Rank processes run gnnpipe-train's console entry behind a SIGUSR1 handler that raises and a
+# SIGUSR2 handler that spins forever, so a test can make one rank fail with an ordinary
+# Python exception, or hang while running, at a moment of its choosing.
 _RAISING_MAIN = (
     "import signal\n"
     "def _boom(*_):\n"
     "    raise RuntimeError('injected failure')\n"
     "signal.signal(signal.SIGUSR1, _boom)\n"
-    "from gnnpipe.cli.train import entry\n"
+    "def _hang(*_):\n"  # SIGUSR2: a computation that never ends (the process keeps running)
+    "    while True:\n"
+    "        pass\n"
+    "signal.signal(signal.SIGUSR2, _hang)\n"
+    "from gnnpipe.cli.train import entry\n"  # the console script's own exit path
     "entry()\n"
 )
 
@@ -80,15 +85,15 @@ def start_torch_ranks(world: int, out: Path, args: list[str],
     return procs
 
 
-def start_script(script: str, launcher_args: list[str], args: list[str], out: Path
-                 ) -> subprocess.Popen:
+def start_script(script: str, launcher_args: list[str], args: list[str], out: Path,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
     """One of scripts/launch/*.sh, in a session of its own, output to out/launcher.log."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "launcher.log", "wb") as log:
         return subprocess.Popen(
             [str(REPO / "scripts" / "launch" / script), *launcher_args, "--", *args],
             env=dict(os.environ, OMP_NUM_THREADS="1", GNNPIPE_VENV=str(VENV_BIN.parent),
-                     GNNPIPE_GRACE_S="10"),
+                     GNNPIPE_GRACE_S="10", **(env or {})),
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -260,7 +265,113 @@ def test_ctrl_c_on_torchrun_script(tmp_path, cleanup):
     assert_no_leftovers(out)
 
 
+def test_stopped_rank_torch_others_exit_naming_it(tmp_path, cleanup):  # ~23 s
+    # Torchrun-style ranks, each in a session of its own: no launcher helps, only gnnpipe's
+    # timeout and census can end the stopped rank (it ignores SIGTERM until continued).
+    out = tmp_path / "run"
+    procs = start_torch_ranks(2, out, train_args(out))
+    cleanup += procs
+    wait_epochs(out, 2, procs)
+    procs[1].send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    codes = wait_all(procs, TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    assert None not in codes, f"still running {took:.0f} s after rank 1 stopped: {codes}\n{logs(out)}"
+    assert codes == [2, -signal.SIGKILL], f"{codes}\n{logs(out)}"
+    text = (out / "rank0.log").read_text(errors="replace")
+    assert "gnnpipe-train: error: rank 0:" in text, text[-3000:]
+    assert "failure census: rank 1 is stopped" in text and "SIGKILL" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
+@pytest.mark.slow  # ~35 s: two timeouts
+def test_hung_rank_torch_others_exit_and_kill_it(tmp_path, cleanup):
+    # Rank 1 keeps running but never communicates again: after its timeout and one more
+    # (time for any rank inside an operation to fail on its own), rank 0 kills it.
+    out = tmp_path / "run"
+    procs = start_torch_ranks(2, out, train_args(out))
+    cleanup += procs
+    wait_epochs(out, 2, procs)
+    procs[1].send_signal(signal.SIGUSR2)
+    t0 = time.monotonic()
+    codes = wait_all(procs, 2 * TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    assert None not in codes, f"still running {took:.0f} s after rank 1 hung: {codes}\n{logs(out)}"
+    assert codes == [2, -signal.SIGKILL], f"{codes}\n{logs(out)}"
+    text = (out / "rank0.log").read_text(errors="replace")
+    assert "failure census: no failure report" in text and "rank 1 on this host" in text, text[-3000:]
+    assert "rank 1 (pid %d) neither reported" % procs[1].pid in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
+@pytest.mark.slow  # ~30 s: torchrun's agent plus 2 ranks
+def test_stopped_rank_torchrun_script_ends_naming_it(tmp_path, cleanup):
+    # Real torchrun: it would SIGTERM the stopped rank and wait 30 s before SIGKILL; the
+    # census kills it first, and the wrapper keeps torchrun's own traceback out.
+    out = tmp_path / "run"
+    p = start_script("torchrun.sh", ["--nproc-per-node", "2"], train_args(out), out)
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    victim = next(q for q in processes_of(out)
+                  if q.environ().get("RANK") == "1" and not q.children())
+    victim.suspend()
+    t0 = time.monotonic()
+    codes = wait_all([p], TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes == [1], f"torchrun.sh {codes} after {took:.0f} s\n{text[-3000:]}"
+    assert "failure census: rank 1 is stopped" in text, text[-3000:]
+    assert "exitcode  : -9" in text and "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
 # --------------------------------------------------------------------------- MPI (hydra)
+
+
+# Hydra waits for every rank that did not initialise MPI (torch communicator) and only ends
+# the job when one dies of a signal: before the census killed a stopped rank, mpirun never
+# returned. Rank 0 stopped also covers the store's host: the census reads the pids at start.
+@pytest.mark.mpi  # ~22 s each; rank 0 is the rarer case, left to the full run
+@pytest.mark.parametrize("victim_rank", [1, pytest.param(0, marks=pytest.mark.slow)])
+def test_stopped_rank_mpirun_torch_job_ends_naming_it(tmp_path, cleanup, victim_rank):
+    out = tmp_path / "run"
+    p = start_script("mpirun.sh", ["-n", "2"], [*train_args(out), "--comm", "torch"], out,
+                     env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    victim = rank_pid(out, victim_rank)
+    os.kill(victim, signal.SIGSTOP)
+    t0 = time.monotonic()
+    codes = wait_all([p], TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes[0] not in (None, 0), f"mpirun.sh {codes} after {took:.0f} s\n{text[-3000:]}"
+    assert f"rank {victim_rank} is stopped" in text and "SIGKILL" in text, text[-3000:]
+    assert f"PID {victim} " in text, text[-3000:]  # hydra: the stopped rank was killed
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
+
+@pytest.mark.mpi  # ~18 s
+def test_stopped_rank_mpirun_mpi_job_ends_naming_it(tmp_path, cleanup):
+    # The MPI communicator: the survivor times out and exits without MPI_Finalize, and hydra
+    # then ends the job with SIGKILL, which a stopped process cannot ignore.
+    out = tmp_path / "run"
+    p = start_script("mpirun.sh", ["-n", "2"], train_args(out), out)
+    cleanup.append(p)
+    wait_epochs(out, 2, [p])
+    os.kill(rank_pid(out, 1), signal.SIGSTOP)
+    t0 = time.monotonic()
+    codes = wait_all([p], TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - t0
+    text = (out / "launcher.log").read_text(errors="replace")
+    assert codes[0] not in (None, 0), f"mpirun.sh {codes} after {took:.0f} s\n{text[-3000:]}"
+    assert "gnnpipe-train: error: rank 0:" in text and "rank 1" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert_no_leftovers(out)
+
 
 
 @pytest.mark.slow  # ~15 s
@@ -367,3 +478,97 @@ def test_census_when_the_store_is_gone():
 
     verdict = _FailureCensus(GoneStore(), 2, 4, 8.0).verdict()
     assert "store cannot be reached" in verdict and "rank 0" in verdict, verdict
+
+
+def _stopped_child() -> subprocess.Popen:
+    p = subprocess.Popen(["sleep", "60"], start_new_session=True)  # cleanup kills its group
+    os.kill(p.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while psutil.Process(p.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return p
+
+
+def test_census_kills_a_registered_stopped_rank_only_at_exit(cleanup):
+    import socket as so
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import _proc_stat, kill_stopped_peers
+
+    victim = _stopped_child()
+    cleanup.append(victim)
+    store = dist.HashStore()
+    start = _proc_stat(victim.pid)[1]
+    store.set("gnnpipe/census/0/who/1", f"{so.gethostname()} {victim.pid} {start}")
+    c = _census(store, world=2, timeout_s=2.0)
+    verdict = c.verdict()
+    assert verdict.startswith("rank 1 is stopped") and "SIGKILL" in verdict, verdict
+    assert victim.poll() is None  # not yet: the rank prints its error first
+    kill_stopped_peers()
+    assert victim.wait(timeout=5) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("who", ["no start time", "another process on that pid"])
+def test_census_never_kills_a_process_it_cannot_prove_is_the_rank(cleanup, who):
+    import socket as so
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import kill_stopped_peers
+
+    victim = _stopped_child()
+    cleanup.append(victim)
+    store = dist.HashStore()
+    entry = f"{so.gethostname()} {victim.pid}" + ("" if who == "no start time" else " 1")
+    store.set("gnnpipe/census/0/who/1", entry)
+    verdict = _census(store, world=2, timeout_s=2.0).verdict()
+    assert "stopped" not in verdict, verdict
+    kill_stopped_peers()
+    time.sleep(0.2)
+    assert victim.poll() is None
+
+
+def test_census_spares_a_rank_continued_within_its_window(cleanup):
+    import socket as so
+    import threading
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import _proc_stat
+
+    victim = _stopped_child()  # a whole job's Ctrl-Z then fg: stopped only for a moment
+    cleanup.append(victim)
+    store = dist.HashStore()
+    store.set("gnnpipe/census/0/who/1",
+              f"{so.gethostname()} {victim.pid} {_proc_stat(victim.pid)[1]}")
+    threading.Timer(0.2, os.kill, (victim.pid, signal.SIGCONT)).start()
+    verdict = _census(store, world=2, timeout_s=2.0).verdict()
+    assert "no failure report" in verdict and "rank 1" in verdict, verdict
+    assert "stopped" not in verdict and victim.poll() is None
+    # Running now and silent: only hung once it stays so for one more timeout.
+    assert "rank 1 on this host: killed with SIGKILL as this rank exits if still silent 2 s from now" in verdict
+
+
+def test_census_kills_a_silent_running_rank_one_timeout_later(cleanup, capfd):
+    import socket as so
+
+    import torch.distributed as dist
+
+    from gnnpipe.comm.torch_backend import _proc_stat, kill_stopped_peers
+
+    hung = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    reporting = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    cleanup += [hung, reporting]
+    store = dist.HashStore()
+    for r, p in ((1, hung), (2, reporting)):
+        store.set(f"gnnpipe/census/0/who/{r}", f"{so.gethostname()} {p.pid} {_proc_stat(p.pid)[1]}")
+    c = _census(store, world=3, timeout_s=2.0)
+    assert "ranks 1, 2 on this host" in c.verdict()
+    store.set("gnnpipe/census/0/failed/2", "1")  # rank 2 fails on its own meanwhile
+    t0 = time.monotonic()
+    kill_stopped_peers()
+    assert 1.5 < time.monotonic() - t0 < 5  # one timeout (2 s) after the census, less its window
+    assert hung.wait(timeout=5) == -signal.SIGKILL
+    assert reporting.poll() is None  # it reported: not hung
+    assert "rank 1 (pid %d) neither reported" % hung.pid in capfd.readouterr().err

@@ -27,6 +27,10 @@ that died (in a pipeline, stage 3 loses stage 2, which exited because stage 1 di
 torch communicator appends a *failure census* to every lost-peer or timeout error: it asks
 the rendezvous store which ranks reported failures of their own and, on this host, whose
 process is gone, within a few seconds ("failure census: rank 1 died (process gone)").
+A peer on the same host that is *stopped* (``kill -STOP``: it ignores SIGTERM until
+continued, so a launcher would wait on it) is SIGKILLed as the survivor exits, and one still
+running but silent a further timeout later is *hung* and killed the same way; only a
+process proven to be that rank of this job (pid and start time registered in its store).
 
 **Byte accounting.** ``stats.bytes_sent[category]`` counts the *payload bytes this rank
 hands to the communicator for other ranks*:

@@ -21,7 +21,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.comm.base import CommError, CommUsageError, Communicator
 from gnnpipe.comm.launch_info import LaunchInfo
 from gnnpipe.comm.local import SingleProcessCommunicator
-from gnnpipe.comm.torch_backend import init_torch
+from gnnpipe.comm.torch_backend import init_torch, kill_stopped_peers
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,9 @@ def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
 
 
 def exit_process(rc: int) -> None:
-    """End this rank now: flush output, finalize MPI on success, skip interpreter teardown.
+    """End this rank now: flush output, finalize MPI on success, skip interpreter teardown;
+    after a failure, kill the stopped or hung peers the torch communicator found
+    (:func:`~gnnpipe.comm.torch_backend.kill_stopped_peers`).
 
     Python's teardown destroys torch.distributed's C++ objects (Gloo pairs, the store's
     threads) in an unspecified order; measured here, about one clean 2-rank run in five then
@@ -226,6 +228,11 @@ def exit_process(rc: int) -> None:
         logging.shutdown()
     except Exception:
         pass
+    if rc != 0:
+        # A failed rank ends the stopped or hung peers its failure census found (they would
+        # hold the launcher). Only now, with the error that names them printed: hydra takes
+        # this rank down the moment a killed peer is reported.
+        kill_stopped_peers()
     if rc == 0 and "mpi4py.MPI" in sys.modules:
         from mpi4py import MPI
 

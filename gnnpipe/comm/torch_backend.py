@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -55,6 +57,57 @@ class _TorchWork(Work):
         self._keep = None
 
 
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """``(state letter, start time in clock ticks)`` from ``/proc/<pid>/stat``, None if gone.
+
+    The start time tells a process from a later one that got the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], fields[19]
+
+
+# Peers to SIGKILL when this process exits: (census, rank, pid, start time, hung_after),
+# hung_after None for a stopped peer, else the monotonic time after which a running,
+# silent peer counts as hung.
+_TO_KILL: list[tuple["_FailureCensus", int, int, str, float | None]] = []
+
+
+def kill_stopped_peers() -> None:
+    """SIGKILLs the stopped or hung peers a failure census found (see :class:`_FailureCensus`).
+
+    Each is checked again first: still that process (same start time), and still stopped,
+    or still running without having reported a failure of its own by its deadline (this
+    waits for that, at most one ``--timeout`` after the census). Called by
+    :func:`gnnpipe.comm.launch.exit_process` when a rank exits with an error, after the
+    error is printed. Not at interpreter exit: a library caller may catch the error and go
+    on, and its peers are then none of its business."""
+    while _TO_KILL:
+        census, rank, pid, start, hung_after = _TO_KILL.pop(0)
+        try:
+            if hung_after is None:
+                if _proc_stat(pid) == ("T", start):
+                    os.kill(pid, signal.SIGKILL)
+                continue
+            while True:
+                stat = _proc_stat(pid)
+                if stat is None or stat[1] != start or stat[0] in ("Z", "X", "t") or \
+                        census._reported(rank):
+                    break  # gone, reporting its own failure, or under a debugger
+                if time.monotonic() > hung_after:
+                    os.kill(pid, signal.SIGKILL)
+                    print(f"gnnpipe-train: rank {rank} (pid {pid}) neither reported a failure "
+                          "nor exited within the timeout after this rank's failure: hung; "
+                          "killed it with SIGKILL so that the job can end",
+                          file=sys.stderr, flush=True)
+                    break
+                time.sleep(0.1)
+        except OSError:  # gone meanwhile, or not ours to kill
+            pass
+
+
 def _rank_list(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
@@ -70,6 +123,24 @@ class _FailureCensus:
     otherwise the peers that never reported are the suspects (dead, hung or cut off). If the
     store itself cannot be reached, its host is the suspect: rank 0 (or torchrun's agent).
     The verdict is computed once per process and appended to every later error.
+
+    A *stopped* peer (``kill -STOP``, Ctrl-Z of one rank) would otherwise outlive the job:
+    the survivors time out and exit, but a stopped process does not act on SIGTERM until it
+    is continued, so a launcher that waits for every rank (hydra's mpirun with the torch
+    communicator; torchrun, for its 30 s grace) waits on it, forever under hydra. So a
+    survivor that finds a silent peer on this host in job-control stop (``/proc`` state
+    ``T``) for the whole census window ends it with SIGKILL, which works on stopped
+    processes, and says so in its verdict. The kill waits until this rank exits with the
+    error (:func:`kill_stopped_peers`, from ``exit_process``): hydra SIGKILLs every other
+    rank the moment one dies of a signal, which would otherwise take this rank down before
+    it has printed the error that names the stopped rank. This is the smallest mechanism
+    that works with every launcher, needs nothing from the launcher, and acts only once
+    this rank has already failed (the job is over either way). It only ever kills a rank of this job:
+    the pid must be the one that rank registered in this job's store, with the same start
+    time (so a reused pid is never hit), on this host. A process stopped under a debugger
+    (state ``t``) is left alone. A peer on this host that is running but silent is given one
+    more timeout (time enough to fail on its own inside any operation) and then, still
+    silent and running, is hung: killed the same way as this rank exits.
     """
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float,
@@ -85,6 +156,7 @@ class _FailureCensus:
         self._linger_s = timeout_s + min(2.0, timeout_s / 4) + 2.0
         self._rank = rank
         self._world = world_size
+        self._timeout_s = timeout_s
         # Short enough to keep the failure bound close to --timeout even when stages fail
         # one after another, long enough for ranks that fail together to report.
         self.window_s = min(2.0, timeout_s / 4)
@@ -92,25 +164,80 @@ class _FailureCensus:
         self._prefix = f"gnnpipe/census/{attempt}/"
         self._host = socket.gethostname()
         self._verdict: str | None = None
+        # rank -> "host pid start" as registered; read once at start-up (learn_peers) so
+        # that a stopped rank 0, whose process holds the store, can still be found.
+        self._who: dict[int, str] = {}
 
     def register(self) -> None:
-        self._store.set(f"{self._prefix}who/{self._rank}", f"{self._host} {os.getpid()}")
+        start = _proc_stat(os.getpid())
+        self._store.set(f"{self._prefix}who/{self._rank}",
+                        f"{self._host} {os.getpid()}" + (f" {start[1]}" if start else ""))
+
+    def learn_peers(self, timeout_s: float) -> None:
+        """Reads every rank's registration (they register right after the rendezvous)."""
+        keys = [f"{self._prefix}who/{r}" for r in range(self._world) if r != self._rank]
+        self._store.wait(keys, timedelta(seconds=timeout_s))
+        for r in range(self._world):
+            if r != self._rank:
+                self._who[r] = self._store.get(f"{self._prefix}who/{r}").decode()
+
+    def _local(self, r: int) -> tuple[int, str | None] | None:
+        """``(pid, start time or None)`` of rank r if it runs on this host, else None."""
+        who = self._who.get(r)
+        if who is None:
+            key = f"{self._prefix}who/{r}"
+            if not self._store.check([key]):
+                return None
+            who = self._store.get(key).decode()
+        host, pid, *start = who.split()
+        if host != self._host or not pid.isdigit():
+            return None  # another machine: only its silence can tell
+        return int(pid), (start[0] if start else None)
+
+    def _state(self, r: int) -> str | None:
+        """Rank r's process state letter on this host ("X": gone), None if unknown."""
+        local = self._local(r)
+        if local is None:
+            return None
+        pid, start = local
+        try:
+            stat = _proc_stat(pid)
+        except OSError:
+            return None
+        if stat is None or (start is not None and stat[1] != start):
+            return "X"  # gone (its pid may even belong to another process by now)
+        return stat[0]
 
     def _process_gone(self, r: int) -> bool:
-        key = f"{self._prefix}who/{r}"
-        if not self._store.check([key]):
-            return False
-        host, _, pid = self._store.get(key).decode().partition(" ")
-        if host != self._host or not pid.isdigit():
-            return False  # another machine: only its silence can tell
+        # A killed child its launcher has not reaped yet is a zombie: dead too.
+        return self._state(r) in ("Z", "X")
+
+    def _kill_stopped(self, ranks: Sequence[int]) -> list[int]:
+        """Schedules a SIGKILL, at this rank's exit, for the ranks among ``ranks`` still in
+        job-control stop (see the class)."""
+        killed = []
+        for r in ranks:
+            local = self._local(r)
+            # Only a pid registered with its start time: proof it is still that rank.
+            if local is None or local[1] is None or self._state(r) != "T":
+                continue
+            self._schedule(r, local[0], local[1], None)
+            killed.append(r)
+        return killed
+
+    def _schedule(self, r: int, pid: int, start: str, hung_after: float | None) -> None:
+        _TO_KILL.append((self, r, pid, start, hung_after))
+
+    def _reported(self, r: int) -> bool:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                # A killed child its launcher has not reaped yet is a zombie: dead too.
-                return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        except OSError:
+            return bool(self._store.check([f"{self._prefix}failed/{r}"]))
+        except Exception:  # the store is gone: only the process can tell
             return False
+
+    def _stopped_note(self, killed: Sequence[int]) -> str:
+        return (f"{_rank_list(killed)} {'is' if len(killed) == 1 else 'are'} stopped "
+                "(SIGSTOP or Ctrl-Z, state T); killing it with SIGKILL as this rank exits, "
+                "so that the job can end")
 
     def verdict(self) -> str:
         """One sentence naming the dead or silent ranks (computed on the first failure)."""
@@ -137,10 +264,19 @@ class _FailureCensus:
             else:
                 why = (f"no answer within {self.window_s + 2.0:.0f} s" if not failure else
                        (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0])
+                # A stopped rank 0 holds the store without answering: found from the
+                # registrations read at start-up. Still stopped after a second look (the
+                # wait above was the first): not a process just being continued.
+                others = [r for r in range(self._world) if r != self._rank]
+                stopped = [r for r in others if r in self._who and self._state(r) == "T"]
+                if stopped:
+                    time.sleep(min(1.0, self.window_s))
+                killed = self._kill_stopped(stopped)
                 self._verdict = (
                     "the rendezvous store cannot be reached either, and it lives in rank 0's "
-                    "process (or torchrun's agent on the first host): rank 0 or its host is "
-                    f"probably dead or cut off ({why})")
+                    "process (or torchrun's agent on the first host): "
+                    + (self._stopped_note(killed) if killed else
+                       "rank 0 or its host is probably dead or cut off") + f" ({why})")
         return self._verdict
 
     def _linger(self) -> None:
@@ -149,7 +285,7 @@ class _FailureCensus:
         while time.monotonic() < deadline:
             try:
                 if all(self._store.check([f"{self._prefix}failed/{r}"]) or
-                       self._process_gone(r) for r in others):
+                       self._process_gone(r) or self._state(r) == "T" for r in others):
                     return
             except Exception:
                 return
@@ -160,18 +296,45 @@ class _FailureCensus:
         self._store.set(f"{self._prefix}failed/{self._rank}", "1")
         others = [r for r in range(self._world) if r != self._rank]
         deadline = time.monotonic() + self.window_s
+        stopped: set[int] | None = None  # silent and stopped at every look so far
         while True:
             reported = [r for r in others if self._store.check([f"{self._prefix}failed/{r}"])]
-            gone = [r for r in others if r not in reported and self._process_gone(r)]
-            silent = [r for r in others if r not in reported and r not in gone]
-            if gone or not silent or time.monotonic() > deadline:
+            states = {r: self._state(r) for r in others if r not in reported}
+            gone = [r for r, st in states.items() if st in ("Z", "X")]
+            silent = [r for r in states if r not in gone]
+            now_stopped = {r for r in silent if states[r] == "T"}
+            stopped = now_stopped if stopped is None else stopped & now_stopped
+            # A stopped rank is only killed after the whole window (a Ctrl-Z of the whole
+            # job, then fg, continues every rank at once: none stays stopped that long).
+            if (gone and not stopped) or not silent or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+        killed = self._kill_stopped(sorted(stopped or ())) if time.monotonic() > deadline else []
+        silent = [r for r in silent if r not in killed]
+        parts = []
+        if killed:
+            parts.append(self._stopped_note(killed))
         if gone:
-            return f"{_rank_list(gone)} died (process gone)"
+            parts.append(f"{_rank_list(gone)} died (process gone)")
+        if parts:
+            return "; ".join(parts)
         if silent:
+            # Running here but silent: hung, or still inside an operation of its own that
+            # will time out. Any rank inside a communication call reports or exits within
+            # one more timeout, so one still running and silent after that is hung (e.g.
+            # in a computation that never ends) and would hold the launcher: killed then.
+            here = []
+            for r in silent:
+                local = self._local(r)
+                if local is not None and local[1] is not None and states[r] in ("R", "S", "D"):
+                    self._schedule(r, local[0], local[1],
+                                   time.monotonic() + self._timeout_s + self.window_s)
+                    here.append(r)
+            note = (f" ({_rank_list(here)} on this host: killed with SIGKILL as this rank "
+                    f"exits if still silent {self._timeout_s + self.window_s:.0f} s from now)"
+                    if here else "")
             return (f"no failure report within {self.window_s:.0f} s from "
-                    f"{_rank_list(silent)}: dead, hung or cut off")
+                    f"{_rank_list(silent)}: dead, hung or cut off{note}")
         return ("every other rank reported a failure of its own, none died: mismatched "
                 "operations, or a --timeout too short for this work")
 
@@ -389,5 +552,10 @@ def init_torch(launch: LaunchInfo, device: torch.device, timeout_s: float, init_
         except Exception as e:  # a private API of torch: diagnosis is a bonus, not a need
             log.debug("rank %d: no failure census (%s)", launch.rank, e)
             census = None
+        if census is not None:
+            try:  # every rank registers right after the rendezvous: a short wait
+                census.learn_peers(timeout_s)
+            except Exception as e:  # then the census reads the store when it is asked
+                log.debug("rank %d: census registrations not read (%s)", launch.rank, e)
     return TorchCommunicator(launch.rank, launch.world_size, range(launch.world_size),
                              CommStats(), timeout_s, device, census=census)

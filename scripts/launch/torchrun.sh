@@ -80,17 +80,22 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 # torchrun's -m runs the trainer module; --comm auto picks the torch communicator here.
 cmd+=(-m gnnpipe.train "$@")
 
-# torchrun answers Ctrl-C with a Python traceback of its own agent; this wrapper turns
-# that into a one-line exit (the ranks print their own "interrupted" line).
+# torchrun answers Ctrl-C, and a failed rank, with a Python traceback of its own agent;
+# this wrapper turns Ctrl-C into a one-line exit (the ranks print their own "interrupted"
+# line) and a failed rank into torchrun's table of failures alone (the ranks print why).
 quiet_torchrun='
 import sys
 from torch.distributed.run import main
 from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 sys.argv[0] = "torchrun"
 try:
     main()
 except SignalException as e:
     sys.exit(128 + int(e.sigval))
+except ChildFailedError as e:
+    print(e, file=sys.stderr)
+    sys.exit(1)
 '
 cmd[0]="$GNNPIPE_VENV/bin/python"
 cmd=("${cmd[0]}" -c "$quiet_torchrun" "${cmd[@]:1}")
