@@ -14,7 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ["tests/test_bad_input.py", "tests/test_full_disk.py", "tests/test_rundir.py", "tests/test_verify_data.py"]
+FILES = ["tests/test_bad_input.py", "tests/test_full_disk.py", "tests/test_rundir.py", "tests/test_verify_data.py",
+         "tests/test_faults.py", "tests/test_checkpoint_kill.py"]
 
 
 def main() -> int:
