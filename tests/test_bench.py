@@ -206,6 +206,26 @@ def test_accuracy_summary_mean_sd_and_distance_from_graph():
     assert "for 150 epochs; this run had 60" in line["squirrel-gcnii32-hybrid"]
 
 
+def test_accuracy_wire_rows_compare_with_the_same_configuration_in_float32(tmp_path):
+    from gnnpipe.bench.accuracy import _flags, plot, split_wire, summarize, variant
+
+    def rows(name, accs):
+        return [{"name": name, "seed": k, "ok": True, "test_acc": a, "mean_epoch_time_s": 1.0, "epochs": 150}
+                for k, a in enumerate(accs)]
+
+    base = "squirrel-gcnii32-pipeline"
+    assert variant(base, "float32") == base and split_wire(variant(base, "int8")) == (base, "int8")
+    assert _flags(variant(base, "int8"))[-2:] == ["--wire", "int8"] and "--wire" not in _flags(base)
+    res = (rows(base, [0.40, 0.42]) + rows(f"{base}+bfloat16", [0.41, 0.41]) + rows(f"{base}+int8", [0.39, 0.40])
+           + rows(f"{base}+int4", [0.30, 0.31]) + rows("squirrel-gcnii32-graph+int8", [0.5]))
+    line = {ln.split(" | ")[0].strip("| "): ln for ln in summarize(res).splitlines()[2:]}
+    assert "| 2 | 41.00 ± 0.00 | +0.00 vs float32 (within 0.2) | within 0.2 of" in line[f"{base}+bfloat16"]
+    assert "-1.50 vs float32 (outside 0.5) | within 0.5 of" in line[f"{base}+int8"]
+    assert "-10.50 vs float32 |" in line[f"{base}+int4"] and "reported (no target)" in line[f"{base}+int4"]
+    assert "| 1 | 50.00 ± 0.00 |  |" in line["squirrel-gcnii32-graph+int8"]  # its float32 row was not run
+    assert plot(res, tmp_path / "acc.png").stat().st_size > 0
+
+
 # ----------------------------------------------------------------------------- load
 def test_load_fields_flag_cells_above_the_cores(capsys):
     quiet = {"load": [0.5, 0.4, 0.3], "cpus": 2}

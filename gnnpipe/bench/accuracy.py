@@ -1,6 +1,7 @@
 """Accuracy benchmark: the paper's protocol on the datasets we have, in every mode.
 
-``gnnpipe-bench accuracy [--only NAME ...] [--seeds 0 1 2] [--epochs N]`` (:func:`run`) or
+``gnnpipe-bench accuracy [--only NAME ...] [--seeds 0 1 2] [--epochs N] [--wire float32,int8]``
+(:func:`run`) or
 ``python scripts/bench_accuracy.py`` (:func:`main`, the original interface).
 
 Each configuration runs ``gnnpipe-train`` under the venv's ``mpirun`` (4 ranks unless the
@@ -14,6 +15,10 @@ results.json, summary.md); ``--quick`` writes only under ``results/accuracy-quic
     python scripts/bench_accuracy.py --list
     python scripts/bench_accuracy.py --only cora-gcn2-graph cora-gcnii64-graph
     python scripts/bench_accuracy.py --group pipeline --seeds 0 1 2
+
+``--wire float32,int8`` runs every configuration in each format; a lossy format's row
+(``<name>+int8``) is compared with the same configuration in float32 (issue 20's targets:
+bfloat16 within 0.2 points, int8 within 0.5; int4 reported).
 
 Nothing outside ``results/`` is written: ``gnnpipe-bench report`` renders the table into
 ``docs/benchmarks.md`` (between ``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->``,
@@ -36,7 +41,9 @@ import sys
 import time
 from pathlib import Path
 
+from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
+from gnnpipe.parallel.wire import check_format
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -67,9 +74,35 @@ for ds, epochs, ev in (("squirrel", 150, 5), ("coauthor_physics", 60, 5)):
 
 PAPER_P = {"squirrel-gcnii32": 38.04, "squirrel-resgcn32": 37.56, "physics-gcnii32": 94.03, "physics-resgcn32": 92.80}
 
+#: ``--wire`` variants (issue 20): how far (points, mean over seeds) a lossy wire format may move
+#: a configuration's accuracy from the same configuration in float32; int4 is reported only.
+WIRE_WITHIN = {"bfloat16": 0.2, "int8": 0.5}
+
+
+def split_wire(name: str) -> tuple[str, str]:
+    """``"squirrel-gcnii32-pipeline+int8"`` -> ``("squirrel-gcnii32-pipeline", "int8")``;
+    a name without ``+`` is float32."""
+    base, _, wire = name.partition("+")
+    return base, wire or "float32"
+
+
+def variant(name: str, wire: str) -> str:
+    """The result name of configuration ``name`` run with ``--wire wire``."""
+    return name if wire == "float32" else f"{name}+{wire}"
+
+
+def _flags(name: str) -> list[str]:
+    base, wire = split_wire(name)
+    flags = list(CONFIGS[base][2])
+    return flags if wire == "float32" else flags + ["--wire", wire]
+
 
 def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | None = None) -> dict:
-    group, ranks, flags, target = CONFIGS[name]
+    base, wire = split_wire(name)
+    group, ranks, _, target = CONFIGS[base]
+    flags = _flags(name)
+    if wire != "float32":
+        target = _wire_target(base, wire)
     if epochs is not None:  # --epochs override: replace the configuration's own value
         flags = list(flags)
         flags[flags.index("--epochs") + 1] = str(epochs)
@@ -94,6 +127,12 @@ def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | No
 WITHIN = 1.5
 
 
+def _wire_target(base: str, wire: str) -> str:
+    if wire in WIRE_WITHIN:
+        return f"within {WIRE_WITHIN[wire]} of {base} in float32"
+    return "reported (no target)"
+
+
 def summarize(results: list[dict]) -> str:
     """The markdown table: mean ± sd (sample sd over seeds) of the test accuracy per
     configuration, and for pipeline and hybrid rows the difference of their mean from the
@@ -109,24 +148,32 @@ def summarize(results: list[dict]) -> str:
     lines = ["| config | seeds | test acc % (mean ± sd) | vs graph (points) | target | mean epoch s |",
              "|---|---|---|---|---|---|"]
     for name, rs in by.items():
+        base, wire = split_wire(name)
         ok = [r for r in rs if r.get("ok")]
         if not ok:
-            lines.append(f"| {name} | {len(rs)} | FAILED | | {CONFIGS[name][3]} | |")
+            tgt = CONFIGS[base][3] if wire == "float32" else _wire_target(base, wire)
+            lines.append(f"| {name} | {len(rs)} | FAILED | | {tgt} | |")
             continue
         accs = [100 * r["test_acc"] for r in ok]
         sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
         ep = statistics.mean(r["mean_epoch_time_s"] for r in ok)
-        tgt = CONFIGS[name][3]
-        key, mode = name.rsplit("-", 1)
+        tgt = CONFIGS[base][3] if wire == "float32" else _wire_target(base, wire)
+        key, mode = base.rsplit("-", 1)
         if key in PAPER_P and name.endswith("pipeline"):
             tgt += f" (paper P {PAPER_P[key]})"
-        flags = CONFIGS[name][2]
+        flags = CONFIGS[base][2]
         full = int(flags[flags.index("--epochs") + 1])
         ran = {r.get("epochs", full) for r in ok}
         if min(ran) < full:
             tgt += f" — for {full} epochs; this run had {min(ran)}, not a test of the target"
         delta = ""
-        if mode != "graph" and f"{key}-graph" in means:
+        if wire != "float32":
+            if base in means:
+                d = means[name] - means[base]
+                lim = WIRE_WITHIN.get(wire)
+                verdict = "" if lim is None else (" (within" if abs(d) <= lim else " (outside") + f" {lim})"
+                delta = f"{d:+.2f} vs float32{verdict}"
+        elif mode != "graph" and f"{key}-graph" in means:
             d = means[name] - means[f"{key}-graph"]
             verdict = "within" if abs(d) <= WITHIN else ("below by more than" if d < 0 else "above by more than")
             delta = f"{d:+.2f} ({verdict} {WITHIN})"
@@ -156,22 +203,24 @@ def plot(results: list[dict], path: Path) -> Path:
     for r in results:
         if r.get("ok"):
             by.setdefault(r["name"], []).append(r)
-    names = [n for n in CONFIGS if n in by]
+    names = [variant(n, w) for n in CONFIGS for w in ("float32", *WIRE_ORDER) if variant(n, w) in by]
     plt = C.pyplot()
     fig, ax = plt.subplots(figsize=(max(4.8, 0.6 * len(names) + 1.5), 4.0), layout="constrained")
     short = targets = False
     labels = []
     for x, name in enumerate(names):
         accs = [100 * r["test_acc"] for r in by[name]]
-        mode = name.rsplit("-", 1)[1] if name.rsplit("-", 1)[1] in C.MODE_COLORS else "graph"
+        base, wire = split_wire(name)
+        mode = base.rsplit("-", 1)[1] if base.rsplit("-", 1)[1] in C.MODE_COLORS else "graph"
         ax.bar(x, statistics.mean(accs), 0.7, color=C.MODE_COLORS[mode],
-               yerr=statistics.stdev(accs) if len(accs) > 1 else None, capsize=3, ecolor="0.35")
+               yerr=statistics.stdev(accs) if len(accs) > 1 else None, capsize=3, ecolor="0.35",
+               hatch=None if wire == "float32" else WIRE_HATCH[wire], edgecolor="white")
         ax.plot([x] * len(accs), accs, "o", color="black", ms=3.5)
-        m = re.match(r">= ([0-9.]+)", CONFIGS[name][3])
-        if m:
+        m = re.match(r">= ([0-9.]+)", CONFIGS[base][3])
+        if m and wire == "float32":
             ax.plot([x - 0.4, x + 0.4], [float(m.group(1))] * 2, color="black", lw=1.5, ls="--")
             targets = True
-        flags = CONFIGS[name][2]
+        flags = CONFIGS[base][2]
         full = int(flags[flags.index("--epochs") + 1])
         ran = min(r.get("epochs", full) for r in by[name])
         label = name
@@ -183,16 +232,21 @@ def plot(results: list[dict], path: Path) -> Path:
     ax.set_xlim(-0.8, len(names) - 0.2)  # one configuration (--quick): a bar of the usual width
     ax.set_ylabel("test accuracy % at best validation")
     ax.set_ylim(0, 100)
-    modes = [m for m in C.MODE_COLORS if any(n.endswith("-" + m) for n in names)]
+    modes = [m for m in C.MODE_COLORS if any(split_wire(n)[0].endswith("-" + m) for n in names)]
+    wires = [w for w in WIRE_ORDER if any(split_wire(n)[1] == w for n in names)]
     C.legend_below(fig, [Patch(color=C.MODE_COLORS[m]) for m in modes]
+                   + [Patch(facecolor="0.6", edgecolor="white", hatch=WIRE_HATCH[w]) for w in wires]
                    + [Line2D([], [], color="black", marker="o", ls="none")]
                    + ([Line2D([], [], color="black", ls="--")] if targets else []),
-                   modes + ["one seed"] + (["target"] if targets else []))
+                   modes + [f"--wire {w}" for w in wires] + ["one seed"] + (["target"] if targets else []))
     seeds = sorted({r["seed"] for rs in by.values() for r in rs})
     ax.set_title(f"Accuracy, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" + (": a shortened run, not a test of the targets"
                                                                      if short else ""), fontsize=9.5)
     return C.save_fig(fig, path)
 
+
+WIRE_ORDER = ("bfloat16", "int8", "int4")
+WIRE_HATCH = {"bfloat16": "..", "int8": "//", "int4": "xx"}
 
 MARK_BEGIN, MARK_END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
@@ -211,7 +265,7 @@ def fill_doc(doc: Path, md: str) -> bool:
 
 
 def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | None = None, progress: bool = True,
-        timeout: int = 7200) -> tuple[list[dict], str]:
+        timeout: int = 7200, wire=("float32",)) -> tuple[list[dict], str]:
     """``gnnpipe-bench accuracy``: run the configurations, merge into ``out/accuracy.json``
     (``--quick``: ``out/accuracy-quick/accuracy.json``); nothing outside ``out`` is written.
 
@@ -221,6 +275,8 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
         only: configuration names (default: all of :data:`CONFIGS`).
         seeds: default ``[0]``.
         epochs: override every configuration's epoch count.
+        wire: wire formats to run each configuration in (``--wire``; a lossy one is
+            compared with the same configuration in float32, which must be run too).
         progress: tqdm bar over (configuration, seed).
         timeout: seconds per run.
 
@@ -240,6 +296,12 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
     sub = C.sub_dir(out, "accuracy", quick).name
     results_file = out / sub / "accuracy.json" if quick else out / "accuracy.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else []
+    for w in wire:
+        try:
+            check_format(w)
+        except ValueError as e:
+            raise GnnpipeError(f"--wire: {e}") from None
+    names = [variant(n, w) for n in names for w in dict.fromkeys(wire)]
     for name, seed in tqdm([(n, s) for n in names for s in seeds], desc="accuracy", disable=not progress):
         r, load = C.timed_cell(lambda: run_one(name, seed, out / sub, timeout, epochs), f"{name} seed {seed}")
         r.update(C.load_fields([load]))

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     ap.add_argument("--measure", type=_int_list, default=None, help="comm: depths to measure, e.g. 8,16 (default 8,16)")
     ap.add_argument("--wire", type=_wire_list, default=None,
-                    help="comm: wire formats to run every mode in, comma-separated from "
+                    help="comm: wire formats to run every mode in; accuracy: to run every configuration "
+                         "in (a lossy one is compared with float32, so list it too); comma-separated from "
                          "float32,bfloat16,int8,int4 (default float32)")
     ap.add_argument("--runs", type=int, default=None, help="epoch: repeated runs per configuration (default 3)")
     ap.add_argument("--epochs", type=int, default=None, help="epoch: epochs per run (default 5, first skipped); accuracy: override")
@@ -189,7 +190,8 @@ def _dispatch(args: argparse.Namespace) -> str:
         return report.run(args.out, args.doc or C.REPO / "docs" / "benchmarks.md", only=args.only, plots=args.plots)
     from gnnpipe.bench import accuracy
 
-    return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **kw)[1]
+    extra = {"wire": args.wire} if args.wire else {}
+    return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **extra, **kw)[1]
 
 
 if __name__ == "__main__":
