@@ -228,6 +228,22 @@ def test_bench_pure_parts(tmp_path):
     assert "failed" in BC.summarize([{"rate": "unshaped", "error": "x"}])
 
 
+def test_sweep_wire_cells_and_speed_up_over_float32_graph(tmp_path):
+    cells = BC.sweep_cells(["50mbit"], ["graph", "pipeline"], ["tiny"], ["gcn"], ["float32", "int8"])
+    assert [(c["mode"], c["wire"]) for c in cells] == [("graph", "float32"), ("graph", "int8"),
+                                                      ("pipeline", "float32"), ("pipeline", "int8")]
+    with pytest.raises(CL.ClusterError, match="wire format must be one of"):
+        BC.sweep_cells(["50mbit"], ["graph"], ["tiny"], ["gcn"], ["int3"])
+    common = {"graph": "tiny", "model": "gcn", "rate": "50mbit", "rate_bps": 50_000_000, "compute_s": 1.0,
+              "comm_s": 1.0, "bubble_s": 0.0, "bytes_train": 2**20, "load1_before": 0.1, "load1_after": 0.2, "cores": 2}
+    rows = [dict(common, mode="graph", wire="float32", epoch_s=4.0), dict(common, mode="graph", wire="int8", epoch_s=2.0),
+            dict(common, mode="pipeline", wire="int8", epoch_s=1.0)]
+    line = {tuple(c.strip() for c in ln.split("|")[3:5]): ln for ln in BC.summarize(rows).splitlines()[2:]}
+    assert "| 1.00 |" in line[("graph", "float32")] and "| 2.00 |" in line[("graph", "int8")]
+    assert "| 4.00 |" in line[("pipeline", "int8")]  # G f32 4.0 s / 1.0 s
+    assert BC.plot(rows, tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_cli_lists_cluster_and_needs_train_args(capsys):
     from gnnpipe.bench.cli import main
 

@@ -10,6 +10,10 @@ A sweep over link rates × modes × graphs × models (one cluster per rate, one 
     gnnpipe-bench cluster --sweep --rates 25mbit,50mbit,100mbit,200mbit,500mbit,unshaped \\
         --modes graph,pipeline,hybrid --graphs squirrel,physics,reddit-shaped --models gcn,gcnii
 
+``--wires float32,int8`` runs every cell in each wire format (``gnnpipe-train --wire``); the
+table gives every cell's speed-up over graph parallelism in float32 on the same graph, model
+and link (issue 20), and the plot draws the lossy formats with their own markers.
+
 Leftovers of runs that were SIGKILLed: ``gnnpipe-bench cluster --cleanup``.
 
 The cluster is :mod:`gnnpipe.cluster` (needs root; the error says why it cannot be made).
@@ -51,7 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gnnpipe import cluster as CL
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
-from gnnpipe.config import parse_config
+from gnnpipe.config import WIRE_FORMATS, parse_config
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict, with_link
 from gnnpipe.data.load import load_graph_for
 from gnnpipe.dims import ParallelDims
@@ -70,6 +74,8 @@ GRAPHS: dict[str, list[str]] = {
 MODES = ("graph", "pipeline", "hybrid")
 #: One colour per mode on every panel.
 MODE_COLORS = {"graph": "tab:blue", "pipeline": "tab:orange", "hybrid": "tab:green"}
+#: Marker and line style of each lossy wire format (float32 is "o-").
+WIRE_STYLE = {"bfloat16": "s:", "int8": "^--", "int4": "v-."}
 DEFAULT_RATES = ("25mbit", "50mbit", "100mbit", "200mbit", "500mbit", "unshaped")
 
 #: ``predict(row, rate_bps) -> seconds or None``: the cost model's epoch time for a cell's
@@ -123,20 +129,24 @@ def epoch_summary(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def sweep_cells(rates: Sequence[str], modes: Sequence[str], graphs: Sequence[str],
-                models: Sequence[str]) -> list[dict[str, Any]]:
-    """Every (rate, graph, model, mode) cell, rates outermost (one cluster per rate).
+                models: Sequence[str], wires: Sequence[str] = ("float32",)) -> list[dict[str, Any]]:
+    """Every (rate, graph, model, mode, wire) cell, rates outermost (one cluster per rate).
 
     Raises:
-        ClusterError: an unknown graph or mode, or a bad rate.
+        ClusterError: an unknown graph, mode or wire format, or a bad rate.
     """
+    for w in wires:
+        if w not in WIRE_FORMATS:
+            raise CL.ClusterError(f"wire format must be one of {', '.join(WIRE_FORMATS)}, got {w!r}")
     for g in graphs:
         if g not in GRAPHS:
             raise CL.ClusterError(f"graph must be one of {', '.join(GRAPHS)}, got {g!r}")
     for m in modes:
         if m not in MODES:
             raise CL.ClusterError(f"mode must be one of {', '.join(MODES)}, got {m!r}")
-    return [{"rate": CL.rate_text(CL.parse_rate(r)), "rate_bps": CL.parse_rate(r), "graph": g, "model": mo, "mode": m}
-            for r in rates for g in graphs for mo in models for m in modes]
+    return [{"rate": CL.rate_text(CL.parse_rate(r)), "rate_bps": CL.parse_rate(r), "graph": g, "model": mo, "mode": m,
+             "wire": w}
+            for r in rates for g in graphs for mo in models for m in modes for w in dict.fromkeys(wires)]
 
 
 def crossovers(points: Mapping[str, Sequence[tuple[float, float]]], a: str = "graph", b: str = "pipeline") -> list[float]:
@@ -183,7 +193,7 @@ def make_predictor(profile: str = "cpu-this-machine") -> PredictFn:
                 stats[key] = C.call_quietly(lambda: graph_stats_from_graph(
                     graphs[gkey], sorted({topo.ways, 2}), seed=cfg.seed, chunks=chunk_counts([topo])))
             spec = ModelSpec(cfg.model, cfg.layers, cfg.hidden, cfg.heads,
-                             history_bytes=2 if cfg.history_dtype == "bfloat16" else 4)
+                             history_bytes=2 if cfg.history_dtype == "bfloat16" else 4, wire=cfg.wire)
             prof = with_link(base, rate_bps, int(row.get("ranks_per_host", 1)))
             return predict(stats[key], spec, topo, prof).epoch_s
         except (GnnpipeError, KeyError, ValueError) as e:
@@ -280,7 +290,7 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
           graphs: Sequence[str] = ("squirrel", "physics", "reddit-shaped"), models: Sequence[str] = ("gcn", "gcnii"),
           hosts: int = 4, ranks_per_host: int = 1, delay: str | None = None, layers: int = 32, hidden: int = 100,
           epochs: int = 6, extra: Sequence[str] = (), launcher: str = "torch", timeout_s: float = 3600.0,
-          predict: PredictFn | None = None) -> tuple[list[dict], Path]:
+          predict: PredictFn | None = None, wires: Sequence[str] = ("float32",)) -> tuple[list[dict], Path]:
     """Run every cell; write ``out/sweep-<time>/`` (see the module docstring).
 
     A cell that fails is recorded with its ``error`` and the sweep goes on.
@@ -294,11 +304,13 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
         launcher: ``"torch"`` or ``"mpi"``.
         timeout_s: limit per cell.
         predict: the cost model's epoch time per cell (see :data:`PredictFn`).
+        wires: wire formats of the boundary messages (``gnnpipe-train --wire``), each cell
+            run in every one.
 
     Returns:
         (rows, the sweep's directory).
     """
-    cells = sweep_cells(rates, modes, graphs, models)
+    cells = sweep_cells(rates, modes, graphs, models, wires)
     world = hosts * ranks_per_host
     for m in modes:
         mode_flags(m, world)  # fail before the first cell, not in the middle
@@ -306,10 +318,12 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
     d.mkdir(parents=True, exist_ok=True)
     rows = []
     for cell in cells:
-        name = f"{cell['graph']}-{cell['model']}{layers}-{cell['mode']}-{cell['rate']}"
+        wire = cell["wire"]
+        name = f"{cell['graph']}-{cell['model']}{layers}-{cell['mode']}" + (f"+{wire}" if wire != "float32" else "") \
+            + f"-{cell['rate']}"
         args = [*GRAPHS[cell["graph"]], "--model", cell["model"], "--layers", str(layers), "--hidden", str(hidden),
                 "--epochs", str(epochs), "--eval-every", "1000000", "--seed", "0", *mode_flags(cell["mode"], world),
-                *extra]
+                *(["--wire", wire] if wire != "float32" else []), *extra]
         spec = CL.ClusterSpec(hosts, cell["rate_bps"], CL.parse_delay(delay), ranks_per_host)
         try:
             row = {**cell, "layers": layers, "hidden": hidden,
@@ -329,18 +343,24 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> str:
-    """A markdown table: one line per cell (epoch time, breakdown, MiB per epoch, load)."""
+    """A markdown table: one line per cell (epoch time, breakdown, MiB per epoch, load) and
+    its speed-up over graph parallelism in float32 on the same graph, model and link
+    (``G f32 ÷ cell``: above 1, the cell is faster)."""
+    ref = {(r.get("graph"), r.get("model"), r["rate"]): r["epoch_s"] for r in rows
+           if "error" not in r and r.get("mode") == "graph" and r.get("wire", "float32") == "float32"}
     table = []
     for r in rows:
+        head = [r.get("graph", "–"), r.get("model", "–"), r.get("mode", "–"), r.get("wire", "float32"), r["rate"]]
         if "error" in r:
-            table.append([r.get("graph", "–"), r.get("model", "–"), r.get("mode", "–"), r["rate"], "failed",
-                          "", "", "", "", ""])
+            table.append([*head, "failed", "", "", "", "", "", ""])
             continue
-        table.append([r.get("graph", "–"), r.get("model", "–"), r.get("mode", "–"), r["rate"], f"{r['epoch_s']:.3f}",
+        g = ref.get((r.get("graph"), r.get("model"), r["rate"]))
+        table.append([*head, f"{r['epoch_s']:.3f}",
                       f"{r['compute_s']:.3f}", f"{r['comm_s']:.3f}", f"{r['bubble_s']:.3f}",
-                      f"{r['bytes_train'] / 2**20:.2f}", f"{r['load1_before']:.1f}→{r['load1_after']:.1f}/{r['cores']}"])
-    return C.md_table(["graph", "model", "mode", "link", "epoch s", "compute s", "comm s", "bubble s",
-                       "MiB/epoch", "load/cores"], table)
+                      f"{r['bytes_train'] / 2**20:.2f}", f"{g / r['epoch_s']:.2f}" if g else "",
+                      f"{r['load1_before']:.1f}→{r['load1_after']:.1f}/{r['cores']}"])
+    return C.md_table(["graph", "model", "mode", "wire", "link", "epoch s", "compute s", "comm s", "bubble s",
+                       "MiB/epoch", "G f32 ÷ cell", "load/cores"], table)
 
 
 def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | None = None) -> Path:
@@ -348,7 +368,9 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
 
     Measured cells are dots joined by a thin line; ``predict`` (when given) adds a dashed
     line per mode. The unshaped cells sit at the right, one step past the fastest rate,
-    labelled ``unshaped``. A dotted vertical line marks where graph and pipeline change order.
+    labelled ``unshaped``. A dotted vertical line marks where graph and pipeline change order
+    (float32). Lossy wire formats are drawn in the mode's colour with their own marker and
+    line style (no predicted line).
 
     Returns:
         the PNG's path.
@@ -366,8 +388,14 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
     for ax, (g, m) in zip(axes[0], panels):
         pts: dict[str, list[tuple[float, float]]] = {}
         for mode in MODES:
-            rs = sorted((r for r in ok if (r["graph"], r["model"], r["mode"]) == (g, m, mode)),
-                        key=lambda r: x_of(r["rate_bps"]))
+            for wire in WIRE_FORMATS[1:]:
+                rs = sorted((r for r in ok if (r["graph"], r["model"], r["mode"], r.get("wire", "float32"))
+                             == (g, m, mode, wire)), key=lambda r: x_of(r["rate_bps"]))
+                if rs:
+                    ax.plot(*zip(*[(x_of(r["rate_bps"]), r["epoch_s"]) for r in rs]), WIRE_STYLE[wire],
+                            color=MODE_COLORS[mode], lw=0.8, ms=4, mfc="white", label=f"{mode} --wire {wire}")
+            rs = sorted((r for r in ok if (r["graph"], r["model"], r["mode"], r.get("wire", "float32"))
+                         == (g, m, mode, "float32")), key=lambda r: x_of(r["rate_bps"]))
             if not rs:
                 continue
             xy = [(x_of(r["rate_bps"]), r["epoch_s"]) for r in rs]
@@ -413,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--modes", default=",".join(MODES), help="sweep: modes, comma-separated")
     ap.add_argument("--graphs", default="squirrel,physics,reddit-shaped", help=f"sweep: graphs ({', '.join(GRAPHS)})")
     ap.add_argument("--models", default="gcn,gcnii", help="sweep: models, comma-separated")
+    ap.add_argument("--wires", default="float32",
+                    help=f"sweep: wire formats of boundary messages, comma-separated from {','.join(WIRE_FORMATS)} "
+                         "(default float32)")
     ap.add_argument("--layers", type=int, default=32, help="sweep: layers (default 32)")
     ap.add_argument("--hidden", type=int, default=100, help="sweep: hidden width (default 100)")
     ap.add_argument("--epochs", type=int, default=6, help="sweep: epochs per cell, the first not counted (default 6)")
@@ -460,7 +491,7 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
                         _split(args.graphs), _split(args.models), hosts=args.hosts, ranks_per_host=args.ranks_per_host,
                         delay=args.delay, layers=args.layers, hidden=args.hidden, epochs=args.epochs,
                         extra=train_args, launcher=args.launcher, timeout_s=args.timeout,
-                        predict=None if args.no_predict else make_predictor(args.profile))
+                        predict=None if args.no_predict else make_predictor(args.profile), wires=_split(args.wires))
         print(summarize(rows))
         print(f"\n(results in {d}/)")
         return 0 if all("error" not in r for r in rows) else 1
