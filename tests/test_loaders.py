@@ -381,7 +381,7 @@ def test_card_validation(tmp_path, monkeypatch, edit, message):
 
 
 def test_repo_catalogue_cards_are_valid():
-    cards = {c.name: c for c in catalog.list_cards(catalog._repo() / "datasets")}
+    cards = {c.name: c for c in catalog.list_cards(catalog.CARDS_DIR)}
     assert {"cora", "citeseer", "pubmed", "squirrel", "chameleon", "tolokers", "roman_empire",
             "amazon_ratings", "minesweeper", "questions", "actor", "coauthor_cs", "coauthor_physics",
             "amazon_computers", "amazon_photo", "cora_ml", "ogbn_arxiv", "ogbn_products", "reddit"} <= set(cards)

@@ -201,8 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("list", parents=[common], help="the catalogue, with raw and prepared status")
-    s.add_argument("--root", help="data root of prepared graphs (default: $GNNPIPE_DATA_ROOT or <repo>/datasets)")
-    s.add_argument("--raw-root", help="folder of raw dataset folders (default: $GNNPIPE_DATASETS)")
+    s.add_argument("--root", help="data root of prepared graphs (default: $GNNPIPE_DATA_ROOT or ./datasets)")
+    s.add_argument("--raw-root", help="folder of raw dataset folders (default: $GNNPIPE_DATASETS or <data root>/raw)")
     s.set_defaults(func=cmd_list)
 
     s = sub.add_parser("prepare", parents=[common], help="verify, load, check and save a dataset")

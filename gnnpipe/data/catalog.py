@@ -1,7 +1,7 @@
 """The dataset catalogue: one TOML card per dataset, and ``prepare`` to build the graph.
 
-A card (``datasets/<name>.toml`` in the repository; another folder through the
-``GNNPIPE_CATALOG`` environment variable) looks like::
+A card (``gnnpipe/data/cards/<name>.toml``, shipped as package data; another folder through
+the ``GNNPIPE_CATALOG`` environment variable) looks like::
 
     name = "cora"                  # equals the file stem and the raw folder's name
     title = "Cora"
@@ -22,8 +22,8 @@ A card (``datasets/<name>.toml`` in the repository; another folder through the
     name = "ind.cora.x"
     sha256 = "23cf..."             # optional; a pickle without one is refused
 
-Prepared graphs live under the data root (``GNNPIPE_DATA_ROOT``, default
-``<repo>/datasets``) as ``<root>/<name>/`` in the :class:`~gnnpipe.data.graph.Graph`
+Prepared graphs live under the data root (``GNNPIPE_DATA_ROOT``, default ``./datasets`` of
+the current directory; see :mod:`gnnpipe.roots`) as ``<root>/<name>/`` in the :class:`~gnnpipe.data.graph.Graph`
 directory format; ``meta.json`` records the card, the split and every raw file's sha256.
 """
 
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gnnpipe import roots
 from gnnpipe._base import GnnpipeError
 from gnnpipe.fsutil import check_replaceable
 from gnnpipe.data.graph import META_FILE, Graph, read_meta
@@ -51,26 +52,26 @@ _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[a-z0-9_]+$")
 
 
-def _repo() -> Path:
-    return Path(__file__).resolve().parents[2]  # gnnpipe/data/catalog.py -> the checkout
+#: The shipped cards: package data, found wherever the package is installed.
+CARDS_DIR = Path(__file__).resolve().parent / "cards"
 
 
 def catalog_dir() -> Path:
-    """The folder of cards: ``$GNNPIPE_CATALOG`` or ``<repo>/datasets``."""
+    """The folder of cards: ``$GNNPIPE_CATALOG`` or the package's ``gnnpipe/data/cards``."""
     env = os.environ.get("GNNPIPE_CATALOG")
-    return Path(env) if env else _repo() / "datasets"
+    return Path(env) if env else CARDS_DIR
 
 
 def default_raw_root() -> Path:
-    """Where raw dataset folders are looked for: ``$GNNPIPE_DATASETS`` or ``<repo>/../shared/datasets``."""
-    env = os.environ.get("GNNPIPE_DATASETS")
-    return Path(env) if env else _repo().parent / "shared" / "datasets"
+    """Where raw dataset folders are looked for: :func:`gnnpipe.roots.raw_root`
+    (``$GNNPIPE_DATASETS``, else ``<data root>/raw``)."""
+    return roots.raw_root()
 
 
 def default_data_root() -> Path:
-    """Where prepared graphs are written: ``$GNNPIPE_DATA_ROOT`` or ``<repo>/datasets``."""
-    env = os.environ.get("GNNPIPE_DATA_ROOT")
-    return Path(env) if env else _repo() / "datasets"
+    """Where prepared graphs are written: :func:`gnnpipe.roots.data_root`
+    (``$GNNPIPE_DATA_ROOT``, else ``./datasets`` of the current directory)."""
+    return roots.data_root()
 
 
 @dataclass(frozen=True)
