@@ -54,7 +54,7 @@ class TrainConfig:
     """Everything a training run depends on (written to ``<out>/config.json``)."""
 
     dataset: str = _m("sbm", "prepared dataset name (under --root) or directory; 'sbm' / 'rmat' generate the built-in synthetic graph")
-    root: str | None = _f(None, "folder of prepared datasets; unset: $GNNPIPE_DATA_ROOT or <repo>/datasets")
+    root: str | None = _f(None, "folder of prepared datasets; unset: $GNNPIPE_DATA_ROOT or ./datasets")
     synth_nodes: int = _m(20000, "nodes of the built-in synthetic graph")
     synth_degree: float = _m(10.0, "average degree of the built-in synthetic graph")
     synth_classes: int = _m(8, "classes of the built-in synthetic graph")
@@ -97,7 +97,7 @@ class TrainConfig:
     device: str = _f("cpu", "cpu or cuda", choices=("cpu", "cuda"))
     threads: int = _f(0, "intra-op threads per rank (0: cores / ranks on this host)")
     timeout: float = _f(60.0, "seconds a rank waits on a peer before failing")
-    out: str | None = _f(None, "run directory for config.json and metrics.jsonl; unset: runs/<mode>-<model>-<time>")
+    out: str | None = _f(None, "run directory for config.json and metrics.jsonl; unset: ./runs/<mode>-<model>-<time> ($GNNPIPE_RUN_ROOT replaces ./runs)")
     export: str | None = _f(None, "after training, write the whole trained model (every stage's weights in one "
                             "state_dict that loads into gnnpipe.models.build_model) to this file")
     checkpoint_every: int = _f(0, "checkpoint every N epochs (0: never)")

@@ -8,19 +8,18 @@ prepared (Squirrel, Physics) and from a scaled-down R-MAT graph of Reddit's shap
 otherwise. ``tests/test_plan.py`` asserts the direction; this prints the numbers quoted in
 docs/benchmarks.md.
 
-Usage: ``python scripts/paper_direction.py`` (needs Squirrel prepared; Physics optional).
+Usage: ``python scripts/paper_direction.py`` (needs Squirrel prepared under the data root,
+``$GNNPIPE_DATA_ROOT`` or ``./datasets``; Physics optional).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from gnnpipe.dims import ParallelDims
 from gnnpipe.cost import (GraphStats, ModelSpec, estimate_part_info, graph_stats_from_graph, load_profile,
                           predict)
+from gnnpipe.roots import data_root
 
-ROOT = Path(os.environ.get("GNNPIPE_DATA", Path(__file__).resolve().parents[1] / "datasets"))
+ROOT = data_root()
 
 
 def g_over_p(stats, spec, prof) -> float:

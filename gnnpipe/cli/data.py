@@ -62,7 +62,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for c in catalog.list_cards():
         e = c.expected
         rows.append([c.name, c.format] + [_fmt(e.get(k)) for k in catalog.COUNT_FIELDS] + [
-            "yes" if (raw_root / c.name).is_dir() else "-",
+            "yes" if catalog.raw_dir_for(c, raw_root).is_dir() else "-",
             "yes" if (root / c.name / META_FILE).is_file() else "-",
         ])
     print(_table(rows, ["name", "format", "nodes", "edges", "features", "classes", "raw", "prepared"]))
@@ -78,7 +78,7 @@ def _prepare_one(name: str, raw: Path | None, args: argparse.Namespace) -> Path:
     g = load_graph(out)
     rows = [[k, _fmt(exp), _fmt(act), "ok" if exp is not None else "(not in card)"]
             for k, exp, act, _ in catalog.check_counts(card, g)]
-    print(f"{name}: prepared {out}")
+    print(f"{card.name}: prepared {out}")
     print(_table(rows, ["count", "card", "loaded", "check"]))
     return out
 
@@ -90,7 +90,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         raw_root = Path(args.raw_root) if args.raw_root else catalog.default_raw_root()
         root = Path(args.root) if args.root else catalog.default_data_root()
         failed = []
-        todo = [c.name for c in catalog.list_cards() if (raw_root / c.name).is_dir()]
+        raws = {c.name: catalog.raw_dir_for(c, raw_root) for c in catalog.list_cards()}
+        todo = [name for name, raw in raws.items() if raw.is_dir()]
         if not todo:
             raise GnnpipeError(f"prepare --all: no raw dataset folder of any card under {raw_root}")
         for name in todo:
@@ -100,7 +101,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                 print(f"{name}: skipped, {e}")
                 continue
             try:
-                _prepare_one(name, raw_root / name, args)
+                _prepare_one(name, raws[name], args)
             except GnnpipeError as e:
                 if args.debug:
                     raise
@@ -201,12 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("list", parents=[common], help="the catalogue, with raw and prepared status")
-    s.add_argument("--root", help="data root of prepared graphs (default: $GNNPIPE_DATA_ROOT or <repo>/datasets)")
-    s.add_argument("--raw-root", help="folder of raw dataset folders (default: $GNNPIPE_DATASETS)")
+    s.add_argument("--root", help="data root of prepared graphs (default: $GNNPIPE_DATA_ROOT or ./datasets)")
+    s.add_argument("--raw-root", help="folder of raw dataset folders (default: $GNNPIPE_DATASETS or <data root>/raw)")
     s.set_defaults(func=cmd_list)
 
     s = sub.add_parser("prepare", parents=[common], help="verify, load, check and save a dataset")
-    s.add_argument("name", nargs="?", help="card name (see `gnnpipe-data list`)")
+    s.add_argument("name", nargs="?", help="dataset name, any case, PyG's and OGB's spellings accepted "
+                                          "(see `gnnpipe-data list`)")
     s.add_argument("--all", action="store_true", help="every card whose raw folder exists under --raw-root")
     s.add_argument("--raw", help="raw folder (default: <raw root>/NAME)")
     s.add_argument("--raw-root", help="with --all: folder of raw dataset folders")

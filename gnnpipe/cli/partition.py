@@ -20,10 +20,11 @@ by default twice the graph's int64 CSR bytes). META.json records the request
 (``metis_mode``, ``metis_budget``) and what ran (``metis_path``).
 
 ``DATASET`` is a prepared graph directory or a dataset name under the data root
-(``--root``, ``GNNPIPE_DATA_ROOT``, default ``<repo>/datasets``; see ``gnnpipe-data``).
+(``--root``, ``GNNPIPE_DATA_ROOT``, default ``./datasets``; see ``gnnpipe-data``).
 
-Output tree (default ``<repo>/partition/<dataset>-<method>-p<P>-c<C>/``; the environment
-variable ``GNNPIPE_PARTITION_ROOT`` replaces ``<repo>/partition``)::
+Output tree (default ``./partition/<dataset>-<method>-p<P>-c<C>/`` of the current directory;
+the environment variable ``GNNPIPE_PARTITION_ROOT`` replaces ``./partition``; see
+:mod:`gnnpipe.roots`)::
 
     <dataset>-<method>-p<P>-c<C>/
         META.json        format, every parameter (parts, chunks, method, objective, seed,
@@ -55,6 +56,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.data.graph import Graph
 from gnnpipe.fsutil import check_replaceable, is_our_output, safe_name
+from gnnpipe.roots import plan_root
 from gnnpipe.partition.plan import (
     METHODS,
     METIS_MODES,
@@ -73,9 +75,8 @@ PROG = "gnnpipe-partition"
 
 
 def default_partition_root() -> Path:
-    """``$GNNPIPE_PARTITION_ROOT`` or the repository's ``partition/`` folder."""
-    env = os.environ.get("GNNPIPE_PARTITION_ROOT")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "partition"
+    """``$GNNPIPE_PARTITION_ROOT``, else ``./partition`` (:func:`gnnpipe.roots.plan_root`)."""
+    return plan_root()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--metis-mode", default="auto",
                     help=f"one of {', '.join(METIS_MODES)} (default auto: coarsen first when plain METIS would not fit)")
     ap.add_argument("--metis-budget", type=int, help="bytes METIS may use (default: 2x the graph's int64 CSR)")
-    ap.add_argument("--out", type=Path, help="plan directory (default partition/<dataset>-<method>-p<P>-c<C>)")
+    ap.add_argument("--out", type=Path, help="plan directory (default ./partition/<dataset>-<method>-p<P>-c<C>, or under $GNNPIPE_PARTITION_ROOT)")
     ap.add_argument("--root", type=Path, help="data root for dataset names")
     ap.add_argument("--model", default="gcn", help="model of the printed byte prediction (default gcn; not stored)")
     ap.add_argument("--layers", type=int, default=32, help="L of the printed byte prediction (default 32; not stored)")

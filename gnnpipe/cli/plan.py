@@ -43,13 +43,14 @@ from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.cost import (PROFILE_DIR_ENV, GraphStats, ModelSpec, chunk_counts, feasible_topologies,
                           graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs,
                           train_command, user_profiles_dir, with_link)
-from gnnpipe.data.catalog import resolve_dataset
+from gnnpipe.data.catalog import find_card, name_key, resolve_dataset
 from gnnpipe.data.graph import Graph
 
 PROG = "gnnpipe-plan"
 
 #: Published statistics of the paper's graphs that are not prepared here:
-#: (nodes, directed edges, features, classes).
+#: (nodes, directed edges, features, classes). Keys are the catalogue's canonical names
+#: (``ogbn-arxiv``); any spelling the catalogue accepts finds them (:func:`published_name`).
 #: Reddit and Flickr: DGL's RedditDataset / FlickrDataset and PyG's Reddit docs
 #: (232,965 / 114,615,892 / 602 / 41; 89,250 / 899,756 / 500 / 7).
 #: ogbn-arxiv: OGB lists 169,343 nodes and 1,166,243 directed citations, 128 features,
@@ -59,6 +60,17 @@ PUBLISHED = {
     "flickr": (89250, 899756, 500, 7),
     "ogbn-arxiv": (169343, 2332486, 128, 40),
 }
+
+
+def published_name(name: str) -> str | None:
+    """The key of :data:`PUBLISHED` that ``name`` spells (any case, ``-``/``_``, or a
+    catalogue alias: ``Reddit``, ``ogbn_arxiv``, ``arxiv``), or None."""
+    try:
+        card = find_card(name) if name_key(name) else None
+    except GnnpipeError:  # a broken catalogue still leaves the published names
+        card = None
+    keys = {name_key(n) for n in (name, *(card.names if card else ()))}
+    return next((p for p in PUBLISHED if name_key(p) in keys), None)
 
 
 #: Default size of the synthetic sample that stands in for a graph that is not here. METIS
@@ -153,9 +165,10 @@ def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
     try:
         gdir = resolve_dataset(args.dataset, args.root)
     except GnnpipeError:
-        if args.dataset.lower() in PUBLISHED:
-            n, e, f, k = PUBLISHED[args.dataset.lower()]
-            return GraphStats(n, e, f, k, name=args.dataset.lower()), args.dataset.lower(), None
+        pub = published_name(args.dataset)
+        if pub is not None:
+            n, e, f, k = PUBLISHED[pub]
+            return GraphStats(n, e, f, k, name=pub), pub, None
         if args.dataset.lower() in SYNTHETIC:
             raise GnnpipeError(f"{args.dataset}: a generated graph; give its size with --stats N,E,F[,CLASSES]") from None
         raise

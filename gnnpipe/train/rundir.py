@@ -34,6 +34,7 @@ import torch
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.fsutil import atomic_write_bytes, describe, is_system_path
+from gnnpipe.roots import run_root
 from gnnpipe.train.guards import agree_on_setup
 
 log = logging.getLogger("gnnpipe.rundir")
@@ -87,9 +88,10 @@ def _file_ancestor(path: Path) -> Path | None:
     return None
 
 
-def default_run_dir(mode: str, model: str, root: Path = Path("runs")) -> Path:
-    """``runs/<mode>-<model>-<time>``, with ``-2``, ``-3`` ... when that name is taken."""
-    base = root / f"{mode}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
+def default_run_dir(mode: str, model: str, root: Path | None = None) -> Path:
+    """``<root>/<mode>-<model>-<time>``, with ``-2``, ``-3`` ... when that name is taken;
+    ``root`` defaults to :func:`gnnpipe.roots.run_root` (``$GNNPIPE_RUN_ROOT``, else ``./runs``)."""
+    base = (run_root() if root is None else root) / f"{mode}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
     cand, k = base, 2
     while cand.exists() or cand.is_symlink():
         cand = base.with_name(f"{base.name}-{k}")
