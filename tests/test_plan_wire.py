@@ -14,8 +14,8 @@ import pytest
 from gnnpipe import GnnpipeError
 from gnnpipe.cli.plan import main as plan_main
 from gnnpipe.config import WIRE_FORMATS, parse_config
-from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, WIRE_ACCURACY_PRIOR, GraphStats, ModelSpec, PartInfo, load_profile,
-                          predict, rank_configs, train_command, wire_choices, with_link)
+from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, WIRE_ACCURACY_PRIOR, WIRE_MIN_GAIN, GraphStats, ModelSpec, PartInfo,
+                          load_profile, predict, rank_configs, rank_key, train_command, wire_choices, with_link)
 from gnnpipe.cost.units import WIRE_CODEC_BYTES_S, codec_time
 from gnnpipe.dims import ParallelDims
 from gnnpipe.parallel.wire import row_bytes
@@ -120,10 +120,22 @@ def test_slow_link_with_budget_picks_a_compressed_format(cpu):
     assert ref.comm_s > ref.compute_s and best.epoch_s < ref.epoch_s
     assert {p.wire for p in preds} == {"float32", "bfloat16", "int8"}
     assert len(preds) == 3 * len({p.topology for p in preds})
-    eps = [p.epoch_s for p in preds if p.fits]
-    assert eps == sorted(eps)
+    keys = [rank_key(p) for p in preds]
+    assert keys == sorted(keys)
     # A larger budget at a slower link: int4, the fewest bytes.
     assert _rank(_slow(cpu, 25), 1.0)[0].wire == "int4"
+
+
+def test_a_lossy_wire_must_be_clearly_faster(cpu):
+    # A lossy format ranks as if WIRE_MIN_GAIN slower: a gain of a few percent, well inside
+    # the model's error, does not buy an accuracy loss.
+    p32 = predict(_stats(), ModelSpec("gcn", 8, 128), ParallelDims("graph", ways=4), cpu)
+    p8 = replace(p32, wire="int8", accuracy_cost=WIRE_ACCURACY_PRIOR["int8"])
+    close = replace(p8, epoch_s=p32.epoch_s * (1 - WIRE_MIN_GAIN / 2))
+    clear = replace(p8, epoch_s=p32.epoch_s * (1 - 2 * WIRE_MIN_GAIN))
+    assert sorted([close, p32], key=rank_key)[0] is p32
+    assert sorted([p32, clear], key=rank_key)[0] is clear
+    assert sorted([replace(p8, fits=False, epoch_s=0.0), p32], key=rank_key)[0] is p32
 
 
 def test_budget_zero_keeps_float32(cpu):

@@ -28,7 +28,9 @@ which ``calibrate --network`` measures).
 
 ``--wire`` (issue 20) is the format of the training messages: ``float32`` (the default, as
 ``gnnpipe-train``'s), one lossy format, or ``auto``: rank every layout in every format whose
-expected accuracy loss is within ``--accuracy-budget`` points (default 0.5 with ``auto``). The
+expected accuracy loss is within ``--accuracy-budget`` points (default 0.5 with ``auto``),
+a lossy format counted 5 % slower (:data:`gnnpipe.cost.planner.WIRE_MIN_GAIN`: it must be
+predicted that much faster than float32 to be chosen). The
 expected losses are :data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`, a prior (no lossy-wire
 accuracy run has been measured here), and the output says so. Each row shows its format, bytes
 per epoch and expected loss; predicted times send the format's bytes and pay its encode and
@@ -52,10 +54,10 @@ from gnnpipe.bench.epoch import repredict
 from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.config import WIRE_FORMATS
-from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_ACCURACY_SOURCE, GraphStats,
-                          ModelSpec, chunk_counts, feasible_topologies, graph_stats_from_graph, load_profile,
-                          profile_toml, profiles_dir, rank_configs, train_command, user_profiles_dir, wire_choices,
-                          with_link)
+from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_ACCURACY_SOURCE,
+                          WIRE_MIN_GAIN, GraphStats, ModelSpec, chunk_counts, feasible_topologies,
+                          graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs, train_command,
+                          user_profiles_dir, wire_choices, with_link)
 from gnnpipe.data.catalog import resolve_dataset
 from gnnpipe.data.graph import Graph
 
@@ -211,6 +213,9 @@ def wire_lines(wires: Sequence[str], left_out: Sequence[str], requested: str, bu
     lines = [f"wire     {', '.join(wires)} ({how})" + (f"; left out: {'; '.join(left_out)}" if left_out else "")]
     if requested != "float32":
         lines.append(f"accuracy expected loss per wire format is a {WIRE_ACCURACY_SOURCE}")
+    if any(w != "float32" for w in wires):
+        lines.append(f"ranking  a lossy wire ranks as if {WIRE_MIN_GAIN:.0%} slower: chosen only where predicted "
+                     "that much faster than float32")
     return lines
 
 

@@ -27,7 +27,8 @@ from gnnpipe.cost.graphstats import (chunk_counts, chunk_facts, chunk_facts_of_p
                                      estimate_sum_m, graph_stats_from_graph, part_info_from_plan)
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.planner import (CHUNK_FACTORS, DEFAULT_ACCURACY_BUDGET, WIRE_ACCURACY_PRIOR, WIRE_ACCURACY_SOURCE,
-                                  feasible_topologies, rank_configs, train_command, wire_choices)
+                                  WIRE_MIN_GAIN, feasible_topologies, rank_configs, rank_key, train_command,
+                                  wire_choices)
 from gnnpipe.cost.predict import Prediction, StageDetail, predict, stage_blocks
 from gnnpipe.cost.profile import (PROFILE_DIR_ENV, PROFILE_FIELDS, PROFILE_OPTIONAL, HardwareProfile,
                                   list_profiles, load_profile, profile_toml, profiles_dir, user_profiles_dir,
@@ -40,5 +41,5 @@ __all__ = [
     "chunk_facts_of_plan", "estimate_part_info", "estimate_sum_m", "feasible_topologies", "graph_stats_from_graph",
     "list_profiles", "load_profile", "num_units", "param_count", "part_info_from_plan", "predict",
     "profile_toml", "profiles_dir", "rank_configs", "stage_blocks", "train_command", "unit_works", "user_profiles_dir",
-    "WIRE_ACCURACY_PRIOR", "WIRE_ACCURACY_SOURCE", "wire_choices", "with_link",
+    "WIRE_ACCURACY_PRIOR", "WIRE_ACCURACY_SOURCE", "WIRE_MIN_GAIN", "rank_key", "wire_choices", "with_link",
 ]

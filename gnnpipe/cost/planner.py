@@ -43,6 +43,11 @@ WIRE_ACCURACY_PRIOR = {"float32": 0.0, "bfloat16": 0.1, "int8": 0.3, "int4": 1.0
 #: How the planner's output labels those figures.
 WIRE_ACCURACY_SOURCE = ("prior, not measured here: float32 0, bfloat16 0.1, int8 0.3 (AdaQP's published <= 0.30 "
                         "for stochastic low-bit messages), int4 1.0 points")
+#: A lossy wire format ranks as if its epoch took this fraction longer: it is chosen over
+#: float32 only where the model predicts it about 5 % faster. The cost model is judged
+#: within 25 % of measured epochs (docs/benchmarks.md ``epoch``), so a predicted gain of a
+#: few percent is no reason to give up accuracy (Squirrel GCN-32 at 1 Gbit/s: int8 2 % faster).
+WIRE_MIN_GAIN = 0.05
 #: ``gnnpipe-plan --wire auto``'s accuracy budget when none is given, in points (issue 20's
 #: bar for int8: within 0.5 points of float32).
 DEFAULT_ACCURACY_BUDGET = 0.5
@@ -140,8 +145,9 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
         exact: plan ``gnnpipe-train --exact`` (one chunk per way; float32 wire only).
 
     Returns:
-        predictions, those that fit memory first, each group by predicted epoch time (ties:
-        the smaller expected accuracy loss first).
+        predictions, those that fit memory first, each group by predicted epoch time, a
+        lossy wire's counted :data:`WIRE_MIN_GAIN` longer (:func:`rank_key`; ties: the smaller
+        expected accuracy loss first).
 
     Raises:
         GnnpipeError: a lossy wire with ``exact``, missing partition facts without ``estimate``.
@@ -174,8 +180,14 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             stats = stats.with_parts(merged)
     preds = [replace(predict(stats, replace(spec, wire=w), t, profile), accuracy_cost=WIRE_ACCURACY_PRIOR[w])
              for t in topos for w in wires]
-    preds.sort(key=lambda p: (not p.fits, p.epoch_s, p.accuracy_cost))
+    preds.sort(key=rank_key)
     return preds
+
+
+def rank_key(p: Prediction) -> tuple:
+    """The planner's order: fitting first, then epoch time with a lossy wire's counted
+    :data:`WIRE_MIN_GAIN` longer, then the smaller expected accuracy loss."""
+    return (not p.fits, p.epoch_s * (1.0 + WIRE_MIN_GAIN if p.wire != "float32" else 1.0), p.accuracy_cost)
 
 
 def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str = "cpu",
