@@ -231,6 +231,10 @@ PLAN_CASES = [
     (["--world", "4", "--stats", "1000,10000,16,4", "--layers", "1000000000"], "--layers"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--estimate-nodes", "0"], "--estimate-nodes"),
     (["calibrate", "--out", "{W}/file.txt/x"], "is a file"), (["calibrate", "--out", "{W}"], "directory"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "int9"], "--wire"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "int8", "--exact"], "--exact keeps float32"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "auto", "--accuracy-budget", "nan"], "--accuracy-budget"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "int4", "--accuracy-budget", "0"], "--accuracy-budget"),
 ]
 
 BENCH = "gnnpipe-bench"

@@ -5,6 +5,7 @@ Usage::
     gnnpipe-plan DATASET --world N --layers L --hidden d --model M [--profile P]
         [--heads H] [--history-dtype float32|bfloat16] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
         [--link-rate RATE [--ranks-per-host K]]        (ranks on hosts of their own, RATE links per host)
+        [--wire auto|float32|bfloat16|int8|int4 [--accuracy-budget POINTS]] [--exact]
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
     gnnpipe-plan calibrate [--out FILE] [--thorough]   (measure this machine, write ./profiles/cpu-this-machine.toml)
@@ -24,6 +25,18 @@ plans for ranks on hosts of their own, ``--ranks-per-host`` (default 1) per host
 links of RATE per host in each direction: the profile through
 :func:`gnnpipe.cost.profile.with_link` (bandwidth = RATE, the profile's per-message latency,
 which ``calibrate --network`` measures).
+
+``--wire`` (issue 20) is the format of the training messages: ``float32`` (the default, as
+``gnnpipe-train``'s), one lossy format, or ``auto``: rank every layout in every format whose
+expected accuracy loss is within ``--accuracy-budget`` points (default 0.5 with ``auto``),
+a lossy format counted 5 % slower (:data:`gnnpipe.cost.planner.WIRE_MIN_GAIN`: it must be
+predicted that much faster than float32 to be chosen). The
+expected losses are :data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`, a prior (no lossy-wire
+accuracy run has been measured here), and the output says so. Each row shows its format, bytes
+per epoch and expected loss; predicted times send the format's bytes and pay its encode and
+decode (:mod:`gnnpipe.cost.predict`), so on a fast link float32 stays first. ``--exact`` plans
+``gnnpipe-train --exact`` (one chunk per way) and keeps float32 on the wire: a lossy ``--wire``
+is refused with one line, ``auto`` considers float32 alone.
 """
 
 from __future__ import annotations
@@ -40,9 +53,11 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.bench.epoch import repredict
 from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
-from gnnpipe.cost import (PROFILE_DIR_ENV, GraphStats, ModelSpec, chunk_counts, feasible_topologies,
-                          graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs,
-                          train_command, user_profiles_dir, with_link)
+from gnnpipe.config import WIRE_FORMATS
+from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_ACCURACY_SOURCE,
+                          WIRE_MIN_GAIN, GraphStats, ModelSpec, chunk_counts, feasible_topologies,
+                          graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs, train_command,
+                          user_profiles_dir, wire_choices, with_link)
 from gnnpipe.data.catalog import find_card, name_key, resolve_dataset
 from gnnpipe.data.graph import Graph
 
@@ -116,6 +131,15 @@ def _parser() -> argparse.ArgumentParser:
                          "(e.g. 100mbit, 1gbit, unshaped); default: the profile's links")
     ap.add_argument("--ranks-per-host", type=int, default=None,
                     help="with --link-rate: ranks on each host (default 1)")
+    ap.add_argument("--wire", default="float32", choices=("auto", *WIRE_FORMATS),
+                    help="wire format of the training messages to plan: float32 (default), bfloat16, int8, int4, or "
+                         "auto: rank every layout in every format within --accuracy-budget")
+    ap.add_argument("--accuracy-budget", type=float, default=None, metavar="POINTS",
+                    help="largest accepted expected accuracy loss of a wire format, in points (default "
+                         f"{DEFAULT_ACCURACY_BUDGET:g} with --wire auto); the expected losses are a prior, "
+                         "not a measurement: " + ", ".join(f"{k} {v:g}" for k, v in WIRE_ACCURACY_PRIOR.items()))
+    ap.add_argument("--exact", action="store_true",
+                    help="plan gnnpipe-train --exact (no staleness: one chunk per way; float32 wire only)")
     ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
     ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -147,7 +171,7 @@ def synth_fields(stats) -> dict:
             "synth_features": stats.num_features, "synth_classes": stats.num_classes}
 
 
-def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
+def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8), exact: bool = False):
     """(:class:`GraphStats`, the dataset name for the command, ``synth_*`` fields or None)."""
     if args.stats:
         v = _ints("--stats", args.stats, 3, 5)
@@ -177,44 +201,78 @@ def _stats(args, spec=None, factors: Sequence[int] = (1, 2, 4, 8)):
     ways = {w for w in ways if 1 < w <= graph.num_nodes}
     # Per-chunk facts (out-of-chunk neighbours, per-chunk halos) of every pipeline and
     # hybrid plan the planner will rank: the time model and the hybrid bytes need them.
-    chunks = chunk_counts(feasible_topologies(args.world, spec, graph.num_nodes, factors)) if spec else {}
+    chunks = chunk_counts(feasible_topologies(args.world, spec, graph.num_nodes, factors, exact=exact)) if spec else {}
     print(f"{PROG}: partitioning {graph.name} with METIS into {sorted(ways)} parts"
           + (f" and chunks {chunks}" if chunks else ""), file=sys.stderr)
     return graph_stats_from_graph(graph, sorted(ways), seed=args.seed, chunks=chunks), args.dataset, None
 
 
-def _gb(b: float) -> str:
-    return f"{b / 1e9:.2f}"
+def _mb(b: float) -> str:
+    return f"{b / 1e6:,.1f}"
 
 
-def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth: dict | None = None) -> str:
-    """The human table: one line per configuration, the rejected ones with their reason,
-    and the ``gnnpipe-train`` command of the best that fits (with ``synth`` flags for a
-    generated graph and the profile's device)."""
+def wire_lines(wires: Sequence[str], left_out: Sequence[str], requested: str, budget: float | None,
+               exact: bool = False) -> list[str]:
+    """The header lines that say which wire formats were ranked, which were left out and
+    where their expected accuracy losses come from."""
+    if requested == "auto" and exact:
+        how = "auto, --exact"
+    elif requested == "auto":
+        how = f"auto within an accuracy budget of {DEFAULT_ACCURACY_BUDGET if budget is None else budget:g} points"
+    elif requested == "float32":
+        how = "--wire auto also ranks bfloat16, int8 and int4 within --accuracy-budget"
+    else:
+        how = f"--wire {requested}"
+    lines = [f"wire     {', '.join(wires)} ({how})" + (f"; left out: {'; '.join(left_out)}" if left_out else "")]
+    if requested != "float32":
+        lines.append(f"accuracy expected loss per wire format is a {WIRE_ACCURACY_SOURCE}")
+    if any(w != "float32" for w in wires):
+        lines.append(f"ranking  a lossy wire ranks as if {WIRE_MIN_GAIN:.0%} slower: chosen only where predicted "
+                     "that much faster than float32")
+    return lines
+
+
+def _wire_cost(best, preds) -> str:
+    """What the recommendation's wire format saves and costs against float32 in the same layout."""
+    if best.wire == "float32":
+        return ""
+    ref = next((p for p in preds if p.wire == "float32" and p.topology == best.topology), None)
+    vs = (f" against {_mb(ref.bytes['total'])} MB and {ref.epoch_s * 1e3:.1f} ms in float32" if ref else "")
+    return (f" --wire {best.wire}: {_mb(best.bytes['total'])} MB and {best.epoch_s * 1e3:.1f} ms per epoch{vs}; "
+            f"expected accuracy loss {best.accuracy_cost:.1f} points (a prior)")
+
+
+def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth: dict | None = None,
+                 wire_info: Sequence[str] = (), exact: bool = False) -> str:
+    """The human table: one line per configuration (layout and wire format), the rejected
+    ones with their reason, and the ``gnnpipe-train`` command of the best that fits (with
+    ``synth`` flags for a generated graph, the profile's device, ``--wire`` and ``--exact``)."""
     lines = [
         f"graph    {stats.name}: N={stats.num_nodes:,} E={stats.num_edges:,} F={stats.num_features:,}"
         + (f" (sparse, nnz {stats.sparse_nnz:,})" if stats.sparse_nnz is not None else ""),
-        f"model    {spec.model} L={spec.layers} d={spec.hidden}" + (f" heads={spec.heads}" if spec.model == "gat" else ""),
+        f"model    {spec.model} L={spec.layers} d={spec.hidden}" + (f" heads={spec.heads}" if spec.model == "gat" else "")
+        + (" (exact: no staleness)" if exact else ""),
         f"profile  {profile.name}: {profile.description}",
+        *wire_info,
         "",
-        f"{'#':>3} {'configuration':<26} {'epoch ms':>9} {'compute':>8} {'comm':>8} {'bubble':>8} "
-        f"{'GB/epoch':>9} {'peak GiB':>9}  fits",
+        f"{'#':>3} {'configuration':<26} {'wire':<8} {'epoch ms':>9} {'compute':>8} {'comm':>8} {'bubble':>8} "
+        f"{'MB/epoch':>10} {'acc -pts':>8} {'peak GiB':>9}  fits",
     ]
     fitting = [p for p in preds if p.fits]
     shown = preds[:top] if top else preds
     for i, p in enumerate(shown, 1):
         lines.append(
-            f"{i:>3} {p.topology.label():<26} {p.epoch_s * 1e3:>9.1f} {p.compute_s * 1e3:>8.1f} {p.comm_s * 1e3:>8.1f} "
-            f"{p.bubble_s * 1e3:>8.1f} {_gb(p.bytes['total']):>9} {p.peak_mem_bytes / 2**30:>9.2f}  "
-            + ("yes" if p.fits else f"no: {p.reason}")
+            f"{i:>3} {p.topology.label():<26} {p.wire:<8} {p.epoch_s * 1e3:>9.1f} {p.compute_s * 1e3:>8.1f} "
+            f"{p.comm_s * 1e3:>8.1f} {p.bubble_s * 1e3:>8.1f} {_mb(p.bytes['total']):>10} {p.accuracy_cost:>8.1f} "
+            f"{p.peak_mem_bytes / 2**30:>9.2f}  " + ("yes" if p.fits else f"no: {p.reason}")
         )
     notes = sorted({n for p in shown for n in p.notes})
     if notes:
         lines += [""] + [f"note: {n}" for n in notes]
     lines.append("")
     if fitting:
-        lines.append("recommended:")
-        lines.append("  " + train_command(fitting[0], dataset, spec, device=profile.device, synth=synth))
+        lines.append("recommended:" + _wire_cost(fitting[0], preds))
+        lines.append("  " + train_command(fitting[0], dataset, spec, device=profile.device, synth=synth, exact=exact))
     else:
         lines.append("no configuration fits the profile's memory; use more devices or a smaller model")
     return "\n".join(lines)
@@ -274,12 +332,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
     spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
                      history_bytes=2 if args.history_dtype == "bfloat16" else 4)
+    wires, wires_out = wire_choices(args.wire, args.accuracy_budget, args.exact)
     try:
         profile = load_profile(args.profile)
     except UnicodeDecodeError:  # a binary file given as --profile
         raise GnnpipeError(f"--profile {args.profile}: not a text file (TOML must be UTF-8)") from None
     profile = link_profile(profile, args.link_rate, args.ranks_per_host)
-    stats, dataset, synth = _stats(args, spec, factors)
+    stats, dataset, synth = _stats(args, spec, factors, exact=args.exact)
     t0 = time.perf_counter()
     est_nodes = args.estimate_nodes
     if est_nodes is not None and est_nodes < 2:
@@ -298,7 +357,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: [{time.perf_counter() - t0:5.1f} s] {line}", file=sys.stderr, flush=True)
 
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
-                         estimate_nodes=est_nodes, seed=args.seed, progress=progress)
+                         estimate_nodes=est_nodes, seed=args.seed, progress=progress, wires=wires, exact=args.exact)
     if not preds:
         raise GnnpipeError(f"--world {args.world}: no feasible configuration for {stats.num_nodes} nodes")
     if args.json:
@@ -310,15 +369,24 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "model": {"model": spec.model, "layers": spec.layers, "hidden": spec.hidden, "heads": spec.heads},
             "profile": profile.name,
             "world": args.world,
+            "exact": args.exact,
+            "wire": {"requested": args.wire, "ranked": wires, "left_out": wires_out,
+                     "accuracy_budget": (DEFAULT_ACCURACY_BUDGET if args.wire == "auto" and args.accuracy_budget is None
+                                         else args.accuracy_budget),
+                     "expected_accuracy_loss": dict(WIRE_ACCURACY_PRIOR), "expected_accuracy_source": WIRE_ACCURACY_SOURCE},
+            # each prediction: "wire", "bytes" (halo, pipe, allreduce, total: the volume
+            # formulas in that format), "codec_s" and "accuracy_cost" (points, the prior)
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
-            "recommended": (train_command(fitting[0], dataset, spec, device=profile.device, synth=synth)
-                            if fitting else None),
+            "recommended": (train_command(fitting[0], dataset, spec, device=profile.device, synth=synth,
+                                          exact=args.exact) if fitting else None),
             "estimate_nodes": min(est_nodes, stats.num_nodes) if estimated else None,
             "seconds": time.perf_counter() - t0,
         }
         print(json.dumps(out, indent=1, default=str))
     else:
-        print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth))
+        print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth,
+                           wire_info=wire_lines(wires, wires_out, args.wire, args.accuracy_budget, args.exact),
+                           exact=args.exact))
     return 0
 
 

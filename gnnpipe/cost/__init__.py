@@ -11,7 +11,8 @@ One job per module (floor 2, below the executors; ``calibrate`` sits higher, it 
   (its pipeline timing, :func:`~gnnpipe.cost.predict.pipeline_span`, equals
   :func:`gnnpipe.schedule.simulate`).
 * :mod:`~gnnpipe.cost.planner` — feasible layouts, :func:`rank_configs`,
-  :func:`train_command`.
+  :func:`train_command`, :func:`wire_choices` and the wire formats' expected accuracy loss
+  (:data:`WIRE_ACCURACY_PRIOR`, a prior).
 * :mod:`~gnnpipe.cost.graphstats` — statistics measured from a graph or estimated from a
   synthetic sample: the part that runs METIS.
 * :mod:`~gnnpipe.cost.calibrate` — measures this machine (``gnnpipe-plan calibrate``);
@@ -25,7 +26,9 @@ from __future__ import annotations
 from gnnpipe.cost.graphstats import (chunk_counts, chunk_facts, chunk_facts_of_plan, estimate_part_info,
                                      estimate_sum_m, graph_stats_from_graph, part_info_from_plan)
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
-from gnnpipe.cost.planner import CHUNK_FACTORS, feasible_topologies, rank_configs, train_command
+from gnnpipe.cost.planner import (CHUNK_FACTORS, DEFAULT_ACCURACY_BUDGET, WIRE_ACCURACY_PRIOR, WIRE_ACCURACY_SOURCE,
+                                  WIRE_MIN_GAIN, feasible_topologies, rank_configs, rank_key, train_command,
+                                  wire_choices)
 from gnnpipe.cost.predict import Prediction, StageDetail, predict, stage_blocks
 from gnnpipe.cost.profile import (PROFILE_DIR_ENV, PROFILE_FIELDS, PROFILE_OPTIONAL, HardwareProfile,
                                   list_profiles, load_profile, profile_toml, profiles_dir, user_profiles_dir,
@@ -33,10 +36,10 @@ from gnnpipe.cost.profile import (PROFILE_DIR_ENV, PROFILE_FIELDS, PROFILE_OPTIO
 from gnnpipe.cost.units import UnitWork, num_units, param_count, unit_works
 
 __all__ = [
-    "CHUNK_FACTORS", "PROFILE_DIR_ENV", "PROFILE_FIELDS", "PROFILE_OPTIONAL", "GraphStats", "HardwareProfile",
+    "CHUNK_FACTORS", "DEFAULT_ACCURACY_BUDGET", "PROFILE_DIR_ENV", "PROFILE_FIELDS", "PROFILE_OPTIONAL", "GraphStats", "HardwareProfile",
     "ModelSpec", "PartInfo", "Prediction", "StageDetail", "UnitWork", "chunk_counts", "chunk_facts",
     "chunk_facts_of_plan", "estimate_part_info", "estimate_sum_m", "feasible_topologies", "graph_stats_from_graph",
     "list_profiles", "load_profile", "num_units", "param_count", "part_info_from_plan", "predict",
     "profile_toml", "profiles_dir", "rank_configs", "stage_blocks", "train_command", "unit_works", "user_profiles_dir",
-    "with_link",
+    "WIRE_ACCURACY_PRIOR", "WIRE_ACCURACY_SOURCE", "WIRE_MIN_GAIN", "rank_key", "wire_choices", "with_link",
 ]

@@ -109,7 +109,8 @@ class ModelSpec:
             snapshot buffers (4: float32; 2: ``--history-dtype bfloat16``).
         wire: ``--wire``, the format of the training messages (halos, chunk rows, rows
             between ways): the predicted bytes count ``row_bytes(d, wire)`` per row
-            (:mod:`gnnpipe.partition.volume`); the predicted times do not model it yet.
+            (:mod:`gnnpipe.partition.volume`); the predicted times send those bytes and
+            pay the codec (:mod:`gnnpipe.cost.predict`).
     """
 
     model: str = "gcn"

@@ -1,5 +1,10 @@
-"""The planner: every feasible layout of a world size, ranked by predicted epoch time,
-and the ``gnnpipe-train`` command of a choice.
+"""The planner: every feasible layout of a world size (and wire format), ranked by predicted
+epoch time, and the ``gnnpipe-train`` command of a choice.
+
+Wire formats (``--wire``, issue 20): :func:`wire_choices` turns ``gnnpipe-plan --wire`` and
+``--accuracy-budget`` into the formats to rank; :func:`rank_configs` predicts every layout in
+each of them and tags each prediction with the format's expected accuracy loss from
+:data:`WIRE_ACCURACY_PRIOR`: a prior, not a measurement of this repository (see there).
 
 :func:`rank_configs` fills the partition facts the statistics lack from a synthetic sample
 (:func:`gnnpipe.cost.graphstats.estimate_part_info`: that runs METIS), then calls the pure
@@ -8,10 +13,12 @@ and the ``gnnpipe-train`` command of a choice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.config import WIRE_FORMATS
 from gnnpipe.cost.graphstats import estimate_part_info
 from gnnpipe.cost.inputs import GraphStats, ModelSpec
 from gnnpipe.cost.predict import Prediction, predict
@@ -22,14 +29,81 @@ from gnnpipe.dims import ParallelDims
 #: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
 CHUNK_FACTORS = (1, 2, 4, 8)
 
+#: Expected test-accuracy loss of each wire format against float32, in points: a
+#: conservative PRIOR, not a measurement. No accuracy run of this repository has trained with
+#: a lossy ``--wire`` yet (docs/benchmarks.md records bytes and codec times only). The
+#: figures: AdaQP (MLSys 2023) reports stochastic low-bit (2-8 bit) boundary messages within
+#: 0.30 points of float32, so int8 (255 levels, stochastic rounding, per-row scale and offset)
+#: takes 0.3; int4 (15 levels) about three times that, 1.0, since Sylvie's logs show the loss
+#: of coarse messages growing with depth (these models are 16-128 layers deep); bfloat16 rounds
+#: to nearest (relative error <= 2**-9 per value, not unbiased): 0.1, so that an accuracy
+#: budget of 0 admits float32 alone. Replace with measured figures when the accuracy benchmark
+#: runs with ``--wire``.
+WIRE_ACCURACY_PRIOR = {"float32": 0.0, "bfloat16": 0.1, "int8": 0.3, "int4": 1.0}
+#: How the planner's output labels those figures.
+WIRE_ACCURACY_SOURCE = ("prior, not measured here: float32 0, bfloat16 0.1, int8 0.3 (AdaQP's published <= 0.30 "
+                        "for stochastic low-bit messages), int4 1.0 points")
+#: A lossy wire format ranks as if its epoch took this fraction longer: it is chosen over
+#: float32 only where the model predicts it about 5 % faster. The cost model is judged
+#: within 25 % of measured epochs (docs/benchmarks.md ``epoch``), so a predicted gain of a
+#: few percent is no reason to give up accuracy (Squirrel GCN-32 at 1 Gbit/s: int8 2 % faster).
+WIRE_MIN_GAIN = 0.05
+#: ``gnnpipe-plan --wire auto``'s accuracy budget when none is given, in points (issue 20's
+#: bar for int8: within 0.5 points of float32).
+DEFAULT_ACCURACY_BUDGET = 0.5
+
+
+def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
+                 exact: bool = False) -> tuple[list[str], list[str]]:
+    """The wire formats to rank for ``gnnpipe-plan --wire`` / ``--accuracy-budget`` / ``--exact``.
+
+    ``auto``: every format whose expected loss (:data:`WIRE_ACCURACY_PRIOR`) is within the
+    budget (default :data:`DEFAULT_ACCURACY_BUDGET`), float32 alone with ``exact``. A named
+    format: that one, refused with one line when it is lossy under ``exact`` or its
+    expected loss exceeds a given budget.
+
+    Returns:
+        ``(formats, left_out)``: the formats in :data:`WIRE_FORMATS` order, and one line per
+        format ``auto`` left out, saying why.
+
+    Raises:
+        GnnpipeError: an unknown format, a negative or non-finite budget, a lossy format
+            with ``exact``, a named format over the budget.
+    """
+    if accuracy_budget is not None and not (math.isfinite(accuracy_budget) and accuracy_budget >= 0):
+        raise GnnpipeError(f"--accuracy-budget: expected a number of points >= 0, got {accuracy_budget!r}")
+    if wire == "auto":
+        if exact:
+            return ["float32"], [f"{', '.join(f for f in WIRE_FORMATS if f != 'float32')} (--exact keeps float32 "
+                                 "on the wire)"]
+        budget = DEFAULT_ACCURACY_BUDGET if accuracy_budget is None else accuracy_budget
+        keep, out = [], []
+        for f in WIRE_FORMATS:
+            cost = WIRE_ACCURACY_PRIOR[f]
+            if cost > budget:
+                out.append(f"{f}: expected loss {cost:.1f} points (prior) > accuracy budget {budget:g}")
+            else:
+                keep.append(f)
+        return keep, out
+    if wire not in WIRE_FORMATS:
+        raise GnnpipeError(f"--wire: expected auto or one of {', '.join(WIRE_FORMATS)}, got {wire!r}")
+    if exact and wire != "float32":
+        raise GnnpipeError(f"--exact keeps float32 on the wire; --wire {wire} is lossy "
+                           "(drop --exact or use --wire float32)")
+    cost = WIRE_ACCURACY_PRIOR[wire]
+    if accuracy_budget is not None and cost > accuracy_budget:
+        raise GnnpipeError(f"--wire {wire}: expected loss {cost:.1f} points (prior) exceeds --accuracy-budget "
+                           f"{accuracy_budget:g} (raise the budget, or --wire auto to choose within it)")
+    return [wire], []
+
 
 def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
-                        chunk_factors: Sequence[int] = CHUNK_FACTORS) -> list[ParallelDims]:
+                        chunk_factors: Sequence[int] = CHUNK_FACTORS, exact: bool = False) -> list[ParallelDims]:
     """Every feasible (mode, D, S, C) for ``world`` ranks.
 
     Graph: P = world. Pipeline: S = world, needs at least S units. Hybrid: D·S = world with
     D ≥ 2 and S ≥ 2 (S ≤ units). Chunks per way C = f·S for ``f`` in ``chunk_factors``,
-    at most the nodes per way.
+    at most the nodes per way; ``exact`` (no staleness): C = 1, as ``gnnpipe-train --exact``.
     """
     if world < 1:
         raise GnnpipeError(f"world: expected at least 1 rank, got {world}")
@@ -39,7 +113,7 @@ def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
         out.append(ParallelDims("graph", ways=world))
 
     def chunked(mode: str, D: int, S: int) -> None:
-        for c in sorted({f * S for f in chunk_factors}):
+        for c in ([1] if exact else sorted({f * S for f in chunk_factors})):
             if c * D <= num_nodes:
                 out.append(ParallelDims(mode, ways=D, stages=S, chunks=c))
 
@@ -56,17 +130,32 @@ def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
 def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: HardwareProfile,
                  chunk_factors: Sequence[int] = CHUNK_FACTORS, estimate: bool = True,
                  estimate_nodes: int = 20000, seed: int = 0,
-                 progress: Callable[[str], None] | None = None) -> list[Prediction]:
+                 progress: Callable[[str], None] | None = None, wires: Sequence[str] = (),
+                 exact: bool = False) -> list[Prediction]:
     """Predict every feasible configuration and rank them.
 
     Missing partition facts (Σ M_p for P = world parts or D ways) are estimated from a
     synthetic graph (:func:`estimate_part_info`) when ``estimate``; ``progress`` (if given)
     receives one line per partition estimated.
 
+    Args:
+        wires: the wire formats to rank every layout in (default: ``spec.wire``'s alone;
+            :func:`wire_choices` makes the list); each prediction carries its ``wire`` and
+            ``accuracy_cost`` (:data:`WIRE_ACCURACY_PRIOR`).
+        exact: plan ``gnnpipe-train --exact`` (one chunk per way; float32 wire only).
+
     Returns:
-        predictions, those that fit memory first, each group by predicted epoch time.
+        predictions, those that fit memory first, each group by predicted epoch time, a
+        lossy wire's counted :data:`WIRE_MIN_GAIN` longer (:func:`rank_key`; ties: the smaller
+        expected accuracy loss first).
+
+    Raises:
+        GnnpipeError: a lossy wire with ``exact``, missing partition facts without ``estimate``.
     """
-    topos = feasible_topologies(world, spec, stats.num_nodes, chunk_factors)
+    wires = list(wires) or [spec.wire]
+    if exact and any(w != "float32" for w in wires):
+        raise GnnpipeError("--exact keeps float32 on the wire; a lossy wire format cannot be planned with it")
+    topos = feasible_topologies(world, spec, stats.num_nodes, chunk_factors, exact=exact)
     need = sorted({t.ways for t in topos if t.ways > 1 and t.ways not in stats.parts})
     # Per-chunk facts (out-of-chunk neighbours, per-chunk halos) the stats lack.
     need_chunks: dict[int, list[int]] = {}
@@ -89,13 +178,20 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                                           chunk_nbrs={**e.chunk_nbrs, **have.chunk_nbrs},
                                           source=have.source + " (chunk facts estimated)"))
             stats = stats.with_parts(merged)
-    preds = [predict(stats, spec, t, profile) for t in topos]
-    preds.sort(key=lambda p: (not p.fits, p.epoch_s))
+    preds = [replace(predict(stats, replace(spec, wire=w), t, profile), accuracy_cost=WIRE_ACCURACY_PRIOR[w])
+             for t in topos for w in wires]
+    preds.sort(key=rank_key)
     return preds
 
 
+def rank_key(p: Prediction) -> tuple:
+    """The planner's order: fitting first, then epoch time with a lossy wire's counted
+    :data:`WIRE_MIN_GAIN` longer, then the smaller expected accuracy loss."""
+    return (not p.fits, p.epoch_s * (1.0 + WIRE_MIN_GAIN if p.wire != "float32" else 1.0), p.accuracy_cost)
+
+
 def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str = "cpu",
-                  synth: Mapping[str, Any] | None = None) -> str:
+                  synth: Mapping[str, Any] | None = None, exact: bool = False) -> str:
     """The ``gnnpipe-train`` command line for a prediction.
 
     Args:
@@ -106,11 +202,19 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
         synth: ``TrainConfig`` ``synth_*`` fields of a built-in synthetic graph (e.g.
             ``{"synth_nodes": 1000000, "synth_degree": 20.0}``), so the command trains the
             graph that was planned and not the 20k-node default.
+        exact: ``--exact`` (pipeline and hybrid; graph parallelism is exact anyway).
 
     Returns:
-        one shell line.
+        one shell line; ``--wire X`` when the prediction's wire is not float32.
+
+    Raises:
+        GnnpipeError: ``exact`` with a lossy wire, or a stale layout (chunks > 1).
     """
     t = pred.topology
+    if exact and (pred.wire != "float32" or t.chunks > 1):
+        raise GnnpipeError(f"--exact: {t.label()} with --wire {pred.wire} is not an exact configuration "
+                           "(one chunk per way, float32 wire)")
+    wire = f" --wire {pred.wire}" if pred.wire != "float32" else ""
     base = f"mpirun -np {t.world} gnnpipe-train --dataset {dataset}"
     for k, v in (synth or {}).items():
         base += f" --{k.replace('_', '-')} {v}"
@@ -120,6 +224,8 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
     if device != "cpu":
         base += f" --device {device}"
     if t.mode == "graph":
-        return f"{base} --mode graph --parts {t.ways}"
+        return f"{base} --mode graph --parts {t.ways}{wire}"
+    if exact:
+        return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --exact"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
-    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}"
+    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}"

@@ -54,6 +54,16 @@ rows with the same stage of the other ways (blocking, per chunk, ``C·(D−1)`` 
 layer and direction; each boundary row once per layer and direction, so Σ_w M_w rows in
 all, graph parallelism's halo) and all-reduces its weights across ways.
 
+**Wire format** (``ModelSpec.wire``, ``--wire``): every message time counts the wire's
+bytes per row (:func:`gnnpipe.partition.volume.wire_row_bytes`: ``s·w`` in float32,
+``row_bytes(w, wire)`` otherwise, header included), and the ranks' compute includes the
+codec: encode on the sender plus decode on the receiver at
+:data:`gnnpipe.cost.units.WIRE_CODEC_BYTES_S` (measured on this CPU; ``Prediction.codec_s``
+says how much of ``compute_s`` it is). Graph mode: per exchanged layer and direction, the
+busiest part's halo rows; pipeline: per boundary next to a stage, the way's rows once each
+way; hybrid: also the stage's rows between ways, per aggregating unit and direction. In
+float32 the codec is free and every figure is what it was before the wire existed.
+
 **Memory**: :mod:`gnnpipe.cost.memory`.
 """
 
@@ -68,7 +78,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.memory import ADAM_COPIES, block_bytes, dataset_bytes, feature_bytes, saved_bytes
 from gnnpipe.cost.profile import HardwareProfile
-from gnnpipe.cost.units import elem_time, param_count, unit_time, unit_works
+from gnnpipe.cost.units import codec_time, elem_time, param_count, unit_time, unit_works
 from gnnpipe.dims import ParallelDims
 from gnnpipe.partition import volume
 from gnnpipe.partition.layers import assign_layers, layer_costs
@@ -116,6 +126,11 @@ class Prediction:
         per_stage: :class:`StageDetail` per stage (graph mode: one, the largest part).
         profile: the profile's name.
         notes: caveats (estimated Σ M_p, unimplemented hybrid ...).
+        wire: the wire format of the training messages (``ModelSpec.wire``).
+        codec_s: the busiest rank's (stage's) encode + decode time per epoch, included in
+            ``compute_s`` (0 in float32).
+        accuracy_cost: expected accuracy loss of ``wire`` in points, as the planner's table
+            gives it (:data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`); 0 from :func:`predict`.
     """
 
     topology: ParallelDims
@@ -131,6 +146,9 @@ class Prediction:
     per_stage: list[StageDetail]
     profile: str
     notes: list[str] = field(default_factory=list)
+    wire: str = "float32"
+    codec_s: float = 0.0
+    accuracy_cost: float = 0.0
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -294,11 +312,16 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
                     + elem_time(u, prof, frac_rows, frac_src)
                     + 2 * prof.unit_overhead_s)
     n_x = volume.exchanged_layers(spec.model, spec.layers)
+    rb = volume.wire_row_bytes(d, s, spec.wire)  # bytes of one halo row on the wire
+    codec = 0.0
     if P > 1:
         # Per exchanged layer: gather the send rows and concatenate [own | halo] forward;
         # scatter-add the halo's gradient home backward.
         compute += n_x * s * d * (2.0 * pi.max_halo + pi.max_nodes + 2.0 * pi.max_halo) / prof.gather_bytes_s
-    compute *= slow
+        # A lossy wire encodes what the rank sends and decodes what it receives, forward
+        # and backward: about its halo's rows each way.
+        codec = 2 * n_x * codec_time(pi.max_halo * d, spec.wire) * slow
+    compute = compute * slow + codec
     ranks = list(range(P))
     # The busiest rank sends its halo-sized share; receive and send sizes are symmetric in
     # total, and the all-to-all waits for the slowest pair; each blocking collective also
@@ -306,7 +329,7 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     # scheduler has descheduled.
     n_coll = 2 * n_x + 1 if P > 1 else 1  # halo exchanges both ways and the all-reduce
     sync = _group_sync(prof, P, P, compute / n_coll)
-    per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * d * s, pi.sum_m / P * d * s) + sync if P > 1 else 0.0
+    per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * rb, pi.sum_m / P * rb) + sync if P > 1 else 0.0
     halo_s = 2 * n_x * per_exchange
     params = param_count(stats, spec)
     ar_s = _allreduce_time(prof, ranks, params * 4.0) + (sync if P > 1 else 0.0)
@@ -338,7 +361,7 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
         bytes={"halo": halo_bytes, "pipe": 0, "allreduce": ar_bytes, "total": halo_bytes + ar_bytes},
         compute_s=compute, comm_s=halo_s + ar_s, bubble_s=0.0, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=peak, fits=fits, reason=reason, per_stage=[st], profile=prof.name,
-        notes=_notes(stats, topo),
+        notes=_notes(stats, topo), wire=spec.wire, codec_s=codec,
     )
 
 
@@ -410,6 +433,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     frac_edges = pi.max_edges / max(E, 1)
     blocks = stage_blocks(stats, spec, S)
     width = d * (2 if spec.h0 else 1)  # h0 travels beside the activations
+    codecs: list[float] = []  # per stage, encode + decode per epoch (before the slow-down)
     stages: list[StageDetail] = []
     T, halo_T = [], []
     ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
@@ -424,6 +448,9 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     for st, (a, b) in enumerate(blocks):
         comp = 0.0
         halo = 0.0
+        # A lossy wire: per boundary next to the stage, every row of the way once per
+        # epoch each way (forward rows, backward gradients): one encode and one decode.
+        codec = ((st > 0) + (st < S - 1)) * codec_time(rows * width, spec.wire)
         n_coll = 0  # blocking collectives of this stage per epoch (hybrid halo exchanges)
         params = 0
         hist = act = 0.0
@@ -449,8 +476,9 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                 if D > 1:
                     # Per chunk, forward rows and backward gradients with the other ways:
                     # 2·C blocking all-to-alls per unit, each row once (Σ_w M_w in all).
-                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, halo_m / D * u.in_dim * s,
-                                          halo_m / D * u.in_dim * s, messages=C)
+                    hb = halo_m / D * volume.wire_row_bytes(u.in_dim, s, spec.wire)
+                    halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, hb, hb, messages=C)
+                    codec += 2 * codec_time(halo_m / D * u.in_dim, spec.wire)
                     n_coll += 2 * C
                     comp += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
             # every chunk's saved tensors live until the flush: own + neighbour rows
@@ -477,13 +505,16 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
             "backward": 2.0 * s * (rows + nbrs) / C * d,
             "base": prof.base_mem_bytes,
         }
+        comp += codec
         comp *= slow
+        codecs.append(codec * slow)
         if n_coll:
             halo += n_coll * _group_sync(prof, D * S, D, comp / n_coll)
         stages.append(StageDetail(st, (a, b), comp, halo, params, sum(mem.values()), mem))
         T.append(comp)
         halo_T.append(halo)
     r_host, c_host = prof.ranks_on_host(D * S), prof.cores_per_host
+    relief = 1.0
     if r_host > c_host and max(T) > 0:
         # Time-shared cores and unequal stages: a stage blocked on a receive gives its core
         # away, so the busiest stage gets more than the fair share c/r — the host's demand
@@ -491,7 +522,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         relief = max(c_host / r_host, sum(T) / len(T) / max(T))
         T = [t * relief for t in T]
         stages = [dataclasses.replace(x, compute_s=x.compute_s * relief) for x in stages]
-    t_b = boundary_times(prof, D, S, (rows / C) * width * s)
+    t_b = boundary_times(prof, D, S, (rows / C) * volume.wire_row_bytes(width, s, spec.wire))
     busy = [t + h for t, h in zip(T, halo_T)]
     pipe_epoch, exposed_pipe = pipeline_span(busy, t_b, C)
     params_total = sum(x.params for x in stages)
@@ -518,5 +549,5 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                "total": halo_bytes + pipe_bytes + ar_bytes},
         compute_s=compute, comm_s=comm, bubble_s=bubble, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=worst.mem_bytes, fits=fits, reason=reason, per_stage=stages, profile=prof.name,
-        notes=notes,
+        notes=notes, wire=spec.wire, codec_s=codecs[i_max] * relief,
     )

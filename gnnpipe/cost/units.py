@@ -189,3 +189,19 @@ def elem_time(u: UnitWork, prof: HardwareProfile, frac_rows: float, frac_src: fl
     src_bytes = u.elem_bytes if u.gemm_on_src else u.elem_src_bytes
     return (((u.elem_bytes - src_bytes) * frac_rows + src_bytes * frac_src) / prof.mem_bytes_s
             + dropout_time(u.drop_values * frac_src, prof))
+
+
+#: Encode + decode of one message by :mod:`gnnpipe.parallel.wire` on one CPU core, in
+#: float32 input bytes per second (``4·values / rate`` seconds per message: the sender's
+#: encode plus the receiver's decode; float32 is a zero-copy view, free). Measured here with
+#: ``scripts/bench_wire.py --reps 7`` (one thread, best of 7) on [50000, 100], [100000, 128]
+#: and [5201, 200] messages, 2026-12-03 16:37 UTC, load 1.0 on the 2-core machine; the
+#: lowest of the three sizes, rounded down (docs/benchmarks.md, "Compressed messages").
+#: No profile measures it yet, so every profile uses these CPU figures (a GPU encodes faster:
+#: there the planner over-charges compression, never under-charges it).
+WIRE_CODEC_BYTES_S = {"float32": float("inf"), "bfloat16": 3.9e9, "int8": 9.2e8, "int4": 7.8e8}
+
+
+def codec_time(values: float, wire: str) -> float:
+    """Seconds to encode and decode ``values`` float32 values in ``wire`` (0 for float32)."""
+    return 4.0 * values / WIRE_CODEC_BYTES_S[wire]
