@@ -37,6 +37,8 @@ INPUT_LINEAR_MODELS = ("gcnii", "resgcn+")
 MODELS = FEATURE_FIRST_MODELS + INPUT_LINEAR_MODELS
 #: Layer libraries the built-in models run on (``--backend``).
 BACKENDS = ("pyg", "dgl")
+#: ``--dataset`` names of the built-in synthetic graphs (generated, never prepared).
+SYNTHETIC_DATASETS = ("sbm", "rmat")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -112,6 +114,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        # The built-in synthetic graphs match in any case, like the catalogue's names
+        # (a folder of that name in the current directory still wins).
+        if self.dataset.lower() in SYNTHETIC_DATASETS and not os.path.exists(self.dataset):
+            self.dataset = self.dataset.lower()
         check_ranges(self)  # before validate: it divides by heads
         self.validate()
         check_sizes(self)
@@ -259,7 +265,7 @@ def estimate_bytes(cfg: "TrainConfig", num_nodes: int | None = None, num_feature
     f = num_features if num_features is not None else cfg.synth_features
     est = {"weights": 4 * 4 * (f * d + L * d * d)}  # param, grad, Adam m and v
     n = num_nodes
-    if cfg.dataset in ("sbm", "rmat"):
+    if cfg.dataset in SYNTHETIC_DATASETS:
         n = cfg.synth_nodes
         edges = int(n * cfg.synth_degree)
         est["graph"] = 8 * (n + 1) + 8 * edges + 4 * n * cfg.synth_features
@@ -281,7 +287,7 @@ def check_sizes(cfg: "TrainConfig", num_nodes: int | None = None, num_features: 
         raise GnnpipeError(
             f"config: one rank needs at least {need / 2**30:.1f} GiB ({parts}) but this machine has "
             f"{have / 2**30:.1f} GiB (hidden={cfg.hidden}, layers={cfg.layers}"
-            + (f", synth_nodes={cfg.synth_nodes}, synth_features={cfg.synth_features}" if cfg.dataset in ("sbm", "rmat") else "")
+            + (f", synth_nodes={cfg.synth_nodes}, synth_features={cfg.synth_features}" if cfg.dataset in SYNTHETIC_DATASETS else "")
             + "); use smaller sizes or more ranks")
 
 

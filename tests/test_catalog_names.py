@@ -116,3 +116,12 @@ def test_unprepared_names_say_what_to_run_or_what_was_meant(tmp_path, monkeypatc
         catalog.resolve_dataset("TOY")
     with pytest.raises(GnnpipeError, match=r"dataset 'tyo' not found: .*; did you mean 'toy'\? \(catalogue: toy\)$"):
         catalog.resolve_dataset("tyo")
+
+
+def test_builtin_synthetic_names_match_in_any_case(tmp_path, monkeypatch):
+    from gnnpipe.config import TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    assert TrainConfig(dataset="SBM").dataset == "sbm" and TrainConfig(dataset="Rmat").dataset == "rmat"
+    (tmp_path / "SBM").mkdir()  # a folder of that name here is the user's dataset, not the generator
+    assert TrainConfig(dataset="SBM").dataset == "SBM"
