@@ -470,3 +470,26 @@ def test_block_validation():
         Block([0, 1], [5], 3, np.ones(3), np.ones(1), [0], [0, 1, 2], [0])
     with pytest.raises(GnnpipeError, match="src_gid"):
         Block([0, 1], [0], 3, np.ones(3), np.ones(1), [0], [0, 1], [0])
+
+
+def test_keep_mask_cache_gives_keep_masks_masks_hashed_once_per_node():
+    n = 700
+    cache = ops.KeepMaskCache(n)
+    gid = torch.randperm(n)[:250]
+    for width in (1, 7, 8, 9, 100):
+        for p in (0.1, 0.5):
+            assert torch.equal(cache.get(gid, width, p, 3, 4, 5), ops.keep_mask(gid, width, p, 3, 4, 5)), (width, p)
+    assert not torch.equal(cache.get(gid, 100, 0.5, 3, 5, 5), cache.get(gid, 100, 0.5, 3, 4, 5))  # epoch is keyed
+    assert cache.nbytes == n * sum(-(-w // 8) * 2 for w in (1, 7, 8, 9, 100)) + n * 13
+    x = torch.randn(250, 100, requires_grad=True)
+    g = torch.randn(250, 100)
+    plain = ops.hashed_dropout(x, gid, 0.5, 3, 4, 5)
+    (gx_plain,) = torch.autograd.grad(plain, x, g)
+    cached = ops.hashed_dropout(x, gid, 0.5, 3, 4, 5, masks=cache)
+    (gx_cached,) = torch.autograd.grad(cached, x, g)
+    assert torch.equal(plain, cached) and torch.equal(gx_plain, gx_cached)
+    cache.clear()
+    assert cache.nbytes == 0
+    small = ops.KeepMaskCache(n, max_bytes=n * 13 - 1)  # one 100-wide stream does not fit
+    assert small.get(gid, 100, 0.5, 3, 4, 5) is None and small.nbytes == 0
+    assert torch.equal(ops.hashed_dropout(x, gid, 0.5, 3, 4, 5, masks=small), plain)

@@ -127,13 +127,66 @@ def keep_mask_sparse(
     return e.bitwise_and_((1 << _KEEP_BITS) - 1) >= int(round(p * (1 << _KEEP_BITS)))
 
 
-def hashed_dropout(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit: int) -> Tensor:
+class KeepMaskCache:
+    """Every node's keep-mask of a dropout stream, hashed once and kept bit-packed by row.
+
+    A pipeline stage reads a node's row in every chunk that neighbours it (on Squirrel with
+    16 chunks, 4.9 times per unit and epoch), and :func:`keep_mask` would hash the row again
+    each time: hashing costs about as much as the unit's sparse aggregation. With a cache
+    the stage hashes every node once per unit and epoch (in blocks of rows, so the int32
+    temporaries stay small) and each chunk gathers its rows' packed bits. The masks are
+    exactly :func:`keep_mask`'s (a function of the stream and the global id alone).
+
+    Args:
+        num_nodes: global ids lie in ``[0, num_nodes)``.
+        max_bytes: the packed masks held at once; a stream that would exceed it is not
+            cached (``get`` returns None and the caller hashes as before).
+    """
+
+    BLOCK_ROWS = 1 << 16
+
+    def __init__(self, num_nodes: int, max_bytes: int = 256 * 2**20) -> None:
+        self.num_nodes, self.max_bytes = int(num_nodes), int(max_bytes)
+        self._packed: dict[tuple, Tensor] = {}
+
+    def clear(self) -> None:
+        """Forget every mask (a stage calls it when its forwards of an epoch are done)."""
+        self._packed.clear()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() for t in self._packed.values())
+
+    def get(self, gid: Tensor, num_cols: int, p: float, seed: int, epoch: int, unit: int) -> Tensor | None:
+        """``keep_mask(gid, num_cols, p, seed, epoch, unit)``, or None when not cached."""
+        key = (num_cols, p, seed, epoch, unit)
+        packed = self._packed.get(key)
+        width = (num_cols + 7) // 8
+        if packed is None:
+            if self.nbytes + self.num_nodes * width > self.max_bytes:
+                return None
+            packed = torch.empty(self.num_nodes, width, dtype=torch.uint8, device=gid.device)
+            for lo in range(0, self.num_nodes, self.BLOCK_ROWS):
+                hi = min(lo + self.BLOCK_ROWS, self.num_nodes)
+                keep = keep_mask(torch.arange(lo, hi, device=gid.device), num_cols, p, seed, epoch, unit)
+                if width * 8 != num_cols:
+                    keep = torch.nn.functional.pad(keep, (0, width * 8 - num_cols))
+                packed[lo:hi] = pack_bits(keep).view(hi - lo, width)
+            self._packed[key] = packed
+        rows = packed.index_select(0, gid.to(torch.int64))
+        return unpack_bits(rows.reshape(-1), (rows.shape[0], width * 8))[:, :num_cols]
+
+
+def hashed_dropout(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit: int,
+                   masks: KeepMaskCache | None = None) -> Tensor:
     """Dropout with masks from :func:`keep_mask`, scaled by 1/(1-p).
 
     Args:
         h: [n, C] dense rows, or a torch sparse CSR matrix [n, C] (bag-of-words features:
             stored values are dropped and the sparsity pattern kept, so it never densifies).
         gid: int64 [n] global node id of each row.
+        masks: a :class:`KeepMaskCache` to take dense masks from (the same masks, hashed
+            once per node); None hashes these rows.
 
     Returns:
         Tensor of the same shape and layout as ``h``.
@@ -148,15 +201,12 @@ def hashed_dropout(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit
         keep = keep_mask_sparse(row_gid, col, h.shape[1], p, seed, epoch, unit)
         new = val * keep.to(val.dtype).mul_(scale)
         return torch.sparse_csr_tensor(crow, col, new, h.shape)
+    keep = masks.get(gid, h.shape[1], p, seed, epoch, unit) if masks is not None else None
+    if keep is None:
+        keep = keep_mask(gid, h.shape[1], p, seed, epoch, unit)
     if h.requires_grad and torch.is_grad_enabled():
-        return _HashedDropout.apply(h, gid, p, seed, epoch, unit)
-    return h * _scaled_keep(h, gid, p, seed, epoch, unit)
-
-
-def _scaled_keep(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit: int) -> Tensor:
-    """The float multiplier of :func:`hashed_dropout`: keep / (1 - p), in ``h``'s dtype."""
-    keep = keep_mask(gid, h.shape[1], p, seed, epoch, unit)
-    return keep.to(h.dtype).mul_(1.0 / (1.0 - p))
+        return _HashedDropout.apply(h, keep, p)
+    return h * keep.to(h.dtype).mul_(scale)
 
 
 _BIT_SHIFTS = torch.arange(8, dtype=torch.uint8)
@@ -211,8 +261,7 @@ class _HashedDropout(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h, gid, p, seed, epoch, unit):  # type: ignore[override]
-        keep = keep_mask(gid, h.shape[1], p, seed, epoch, unit)
+    def forward(ctx, h, keep, p):  # type: ignore[override]
         ctx.save_for_backward(pack_bits(keep))
         ctx.p, ctx.shape = p, keep.shape
         return h * keep.to(h.dtype).mul_(1.0 / (1.0 - ctx.p))
@@ -221,7 +270,7 @@ class _HashedDropout(torch.autograd.Function):
     def backward(ctx, g):  # type: ignore[override]
         (packed,) = ctx.saved_tensors
         keep = unpack_bits(packed, ctx.shape)
-        return g * keep.to(g.dtype).mul_(1.0 / (1.0 - ctx.p)), None, None, None, None, None
+        return g * keep.to(g.dtype).mul_(1.0 / (1.0 - ctx.p)), None, None
 
 
 class _ReLU(torch.autograd.Function):

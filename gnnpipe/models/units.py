@@ -29,11 +29,15 @@ class RunCtx:
         training: apply dropout.
         epoch: the epoch number (part of the dropout stream).
         seed: the run's seed (part of the dropout stream).
+        masks: where dropout takes its keep-masks from (a pipeline stage's
+            :class:`~gnnpipe.models.ops.KeepMaskCache`: the same masks, each node hashed
+            once per unit and epoch); None hashes each call's rows.
     """
 
     training: bool
     epoch: int = 0
     seed: int = 0
+    masks: ops.KeepMaskCache | None = None
 
 
 class Unit(nn.Module):
@@ -62,7 +66,7 @@ class Unit(nn.Module):
                 f"unit {self.index} ({type(self).__name__}): training-mode dropout needs the "
                 "block (its dst_gid keys the masks); pass block= to every unit"
             )
-        return ops.hashed_dropout(h, gid, self.p, ctx.seed, ctx.epoch, self.index)
+        return ops.hashed_dropout(h, gid, self.p, ctx.seed, ctx.epoch, self.index, masks=ctx.masks)
 
     def _src(self, h_dst: Tensor, block: Block | None, h_src: Tensor | None) -> Tensor:
         if block is None:

@@ -52,7 +52,7 @@ import scipy.sparse as sp
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.models import RunCtx, accuracy_counts, loss_fn
+from gnnpipe.models import RunCtx, accuracy_counts, loss_fn, ops
 from gnnpipe.parallel.chunks import ChunkInfo
 from gnnpipe.parallel.executor import StaleOptions
 from gnnpipe.parallel.features import feature_rows
@@ -293,6 +293,9 @@ class PipelineStage:
         # Row r of a buffer is node row0 + r: every node with one way, a way's own part in
         # hybrid mode (see WayLink).
         self.hist_dtype = hist_dtype
+        # With several chunks a node's row is read by every chunk it neighbours: its dropout
+        # masks are hashed once per unit and epoch, for the forward phase (ops.KeepMaskCache).
+        self.keep_masks = ops.KeepMaskCache(self.N) if len(chunks) > 1 else None
         self.row0 = self.source.row0
         self.rows = self.source.rows if self.source.rows is not None else self.N
         self.hist: dict[int, torch.Tensor] = {}
@@ -367,6 +370,8 @@ class PipelineStage:
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self.state.clear()
+        if self.keep_masks is not None:
+            self.keep_masks.clear()
         self._backward_phase = False
         if self.snap is not None:
             self.gacc = {}  # G_u lives in H_u's storage during the backward phase only
@@ -383,6 +388,8 @@ class PipelineStage:
         if self._backward_phase:
             return
         self._backward_phase = True
+        if self.keep_masks is not None:
+            self.keep_masks.clear()  # backward uses the masks each dropout saved, packed
         k = self.opts.snapshot_period
         if k and (self.epoch + 1) % k == 0 and self.hist:
             if self.snap is None:
@@ -444,7 +451,7 @@ class PipelineStage:
             raise GnnpipeError(f"internal: forward of chunk {k} after this stage's backward phase began; "
                                "a stage must run all its forwards of an epoch before any backward")
         ch = self.chunks[k]
-        ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed)
+        ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed, masks=self.keep_masks)
         st = _ChunkState()
         if self.first_unit == 0:
             h = self.x_dst_rows(k)
