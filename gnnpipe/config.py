@@ -105,6 +105,9 @@ class TrainConfig:
     checkpoint_every: int = _f(0, "checkpoint every N epochs (0: never)")
     resume: str | None = _f(None, "resume from this run/checkpoint directory")
     progress: bool = _f(True, "progress bar on rank 0")
+    profile_actions: bool = _f(False, "every rank appends its seconds per kind of work to <out>/actions/rank<k>.jsonl "
+                               "each epoch (pipeline and hybrid stages: forward, backward, history gather, codec, "
+                               "waits, optimizer); scripts/action_profile.py RUN prints them per stage")
     lean_memory: bool = _f(False, "return freed tensors to the OS at once (glibc mmap threshold 1 MiB): "
                            "about half the peak RSS on CPU, epochs 2.6-3.4x slower (docs/benchmarks.md, scale)")
     verify_data: bool = _f(True, "recompute a prepared dataset's content hash and refuse it if its arrays changed "

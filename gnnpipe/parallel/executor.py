@@ -14,7 +14,7 @@ per-split accuracy counts and their reduction, and the staleness options.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -35,6 +35,8 @@ class EpochResult:
         compute_s: wall time minus time spent waiting on the communicator.
         comm_s: time spent waiting on the communicator.
         bubble_s: pipeline stages: time spent waiting for a neighbour stage (0 in graph mode).
+        actions: pipeline stages: seconds by kind of work (:data:`ACTION_KINDS`), what
+            ``gnnpipe-train --profile-actions`` records; empty in graph mode.
     """
 
     loss: float
@@ -43,6 +45,16 @@ class EpochResult:
     compute_s: float
     comm_s: float
     bubble_s: float = 0.0
+    actions: dict = field(default_factory=dict)
+
+
+#: A pipeline stage's epoch by kind of work: ``forward`` and ``backward`` (the units'
+#: compute, ``gather`` included), ``gather`` (reading neighbour rows from the history or the
+#: other ways into each chunk's source rows), ``encode``/``decode`` (wire format and packing
+#: of chunk messages), ``wait_recv`` (waiting for a neighbour stage's chunk), ``wait_send``
+#: (waiting for sends to finish before the optimizer), ``optimizer`` (the cross-way gradient
+#: all-reduce and the step) and ``other`` (the rest: schedule, bookkeeping).
+ACTION_KINDS = ("forward", "backward", "gather", "encode", "decode", "wait_recv", "wait_send", "optimizer", "other")
 
 
 @dataclass

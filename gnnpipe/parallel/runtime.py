@@ -26,8 +26,8 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import RunCtx
-from gnnpipe.parallel.executor import (EpochResult, Executor, StaleOptions, allreduce_grads, reduce_accuracies,
-                                       split_counts, wait_seconds)
+from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, StaleOptions, allreduce_grads,
+                                       reduce_accuracies, split_counts, wait_seconds)
 from gnnpipe.parallel.stage import PipelineStage
 from gnnpipe.parallel.wire import FLOAT32, KIND_PIPE, Wire, message_site
 from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, validate
@@ -155,6 +155,8 @@ class PipelineExecutor(Executor):
         bubble = 0.0
         correct = total = 0
         loss = 0.0
+        spent = dict.fromkeys(ACTION_KINDS, 0.0)  # seconds by kind of work (EpochResult.actions)
+        clock = time.perf_counter
         for a in actions:
             k = a.chunk
             if not b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
@@ -171,47 +173,63 @@ class PipelineExecutor(Executor):
             if a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
                 tag = "F" if a.kind == ActionKind.RECV_F else "B"
                 buf, work = recvs.pop((tag, k))
-                t0 = time.perf_counter()
+                t0 = clock()
                 work.wait()
-                bubble += time.perf_counter() - t0
+                t1 = clock()
+                bubble += t1 - t0
+                spent["wait_recv"] += t1 - t0
                 d = st.in_dim if tag == "F" else st.out_dim
                 if self.wire.lossy:
                     buf = self.wire.decode(buf, in_w if tag == "F" else out_w)
                 inbox[(tag, k)] = self._unpack(buf, d, in_keys if tag == "F" else out_keys)
+                spent["decode"] += clock() - t1
             elif a.kind == ActionKind.F:
+                t0 = clock()
                 h_in, carry = inbox.pop(("F", k), (None, {}))
                 out, cout = st.forward_chunk(k, h_in, carry)
                 self._emit(out.detach())
+                t1 = clock()
+                spent["forward"] += t1 - t0
                 if st.is_last:
                     c, t = st.train_counts(k, out)
                     correct += c
                     total += t
                 else:
                     outbox[("F", k)] = self._encode(self._pack(out, cout, out_keys), k, epoch, False)
+                    spent["encode"] += clock() - t1
             elif a.kind == ActionKind.B:
+                t0 = clock()
                 g_out, gcarry = inbox.pop(("B", k), (None, {}))
                 g_in, g_cin, l = st.backward_chunk(k, g_out, gcarry)
                 loss += l
+                t1 = clock()
+                spent["backward"] += t1 - t0
                 if self.s > 0:
                     outbox[("B", k)] = self._encode(self._pack(g_in, g_cin, in_keys), k, epoch, True)
+                    spent["encode"] += clock() - t1
             elif a.kind == ActionKind.SEND_F:
                 sends.append(comm.isend(outbox.pop(("F", k)), a.peer, tag=2 * k, category="pipe_act"))
             elif a.kind == ActionKind.SEND_B:
                 sends.append(comm.isend(outbox.pop(("B", k)), a.peer, tag=2 * k + 1, category="pipe_grad"))
             elif a.kind == ActionKind.OPT:
-                t0 = time.perf_counter()
+                t0 = clock()
                 for w in sends:
                     w.wait()
-                bubble += time.perf_counter() - t0
+                t1 = clock()
+                bubble += t1 - t0
+                spent["wait_send"] += t1 - t0
                 sends.clear()
                 allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
                 self.opt.step()
+                spent["optimizer"] += clock() - t1
             else:  # pragma: no cover - the generator emits no other kinds
                 raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
         st.end_epoch()
         wall = time.perf_counter() - t_start
         comm_s = (wait_seconds(comm) - wait0) if hasattr(comm, "stats") else bubble
-        return EpochResult(loss, correct, total, wall - comm_s, comm_s, bubble)
+        spent["gather"] = st.gather_s
+        spent["other"] = max(0.0, wall - sum(v for k, v in spent.items() if k != "gather"))
+        return EpochResult(loss, correct, total, wall - comm_s, comm_s, bubble, spent)
 
     def state_dict(self) -> dict:
         """This stage's parameters, optimizer, and what the next epoch reads of the history:

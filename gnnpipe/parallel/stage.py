@@ -44,6 +44,7 @@ Weight gradients accumulate over the chunks; each stage steps its optimizer once
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -296,6 +297,7 @@ class PipelineStage:
         # With several chunks a node's row is read by every chunk it neighbours: its dropout
         # masks are hashed once per unit and epoch, for the forward phase (ops.KeepMaskCache).
         self.keep_masks = ops.KeepMaskCache(self.N) if len(chunks) > 1 else None
+        self.gather_s = 0.0
         self.row0 = self.source.row0
         self.rows = self.source.rows if self.source.rows is not None else self.N
         self.hist: dict[int, torch.Tensor] = {}
@@ -369,6 +371,7 @@ class PipelineStage:
     # ------------------------------------------------------------------ epoch
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        self.gather_s = 0.0  # seconds reading neighbour rows this epoch (EpochResult.actions)
         self.state.clear()
         if self.keep_masks is not None:
             self.keep_masks.clear()
@@ -492,6 +495,7 @@ class PipelineStage:
                     if training:  # (a collective: every way, every unit, even with m = 0)
                         self.source.push(hist, rbuf, k, epoch=self.epoch, unit=self.first_unit + pos)
                     make = lambda hist=hist, rbuf=rbuf: self.source.read(hist, rbuf, k)  # noqa: E731
+                    t0 = time.perf_counter()
                     if training and self.opts.grad_fix and m:
                         sink = _GradSink()
                         nbr = _Sunk.apply(sink.anchor, None, make, sink)
@@ -499,6 +503,7 @@ class PipelineStage:
                     else:
                         nbr = make()
                     h_src = torch.cat([h, nbr], dim=0)
+                    self.gather_s += time.perf_counter() - t0
                 h, carry = u(h, carry, ctx, block=ch.block, h_src=h_src)
             else:
                 h, carry = u(h, carry, ctx, block=ch.block)

@@ -29,7 +29,7 @@ from gnnpipe.parallel.alloc import lean_allocator
 from gnnpipe.train import setup
 from gnnpipe.train.guards import FiniteWatch, NonFiniteLossError, agree_on_epoch, agree_on_setup, nonfinite_message
 from gnnpipe.train.metrics import Reducer, bytes_delta, epoch_figures, epoch_record
-from gnnpipe.train.rundir import MetricsFile, append_metrics, write_json_atomic
+from gnnpipe.train.rundir import ActionLog, MetricsFile, append_metrics, write_json_atomic
 
 log = logging.getLogger("gnnpipe.train")
 
@@ -125,6 +125,7 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
         for rec in history:
             mfile.write(json.dumps(rec) + "\n")
         mfile.flush()
+    actions = ActionLog(out, comm.rank, append=resumed is not None) if out is not None and cfg.profile_actions else None
     bar = None
     if show_progress and rank0:
         bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
@@ -157,6 +158,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
             history.append(rec)
             if out is not None:  # rank 0 appends; every rank learns if that failed (full disk)
                 append_metrics(comm, mfile, rec)
+            if actions is not None:
+                actions.write(epoch, ex, res)
             if bar is not None:
                 post = {"loss": f"{loss:.4f}"}
                 if accs is not None:
@@ -178,6 +181,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
             bar.close()
         if mfile is not None:
             mfile.close()
+        if actions is not None:
+            actions.close()
     summary = {
         "best_val_acc": best["val_acc"],
         "test_acc_at_best_val": best["test_acc"],

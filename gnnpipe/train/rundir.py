@@ -8,7 +8,7 @@ the same agreement as setup errors, so no rank waits out the timeout):
 * the run holds an advisory lock (``fcntl.flock``) on ``<out>/.gnnpipe.lock`` for its whole
   life, and writes its pid there; a second run on the directory refuses at once, naming it;
 * a directory holding a run's outputs (``config.json``, ``metrics.jsonl``, ``summary.json``,
-  ``checkpoints/``) is refused unless ``--resume`` continues that very run, or
+  ``checkpoints/``, ``actions/``) is refused unless ``--resume`` continues that very run, or
   ``--overwrite`` says to delete exactly those outputs and start afresh;
 * a file, a path under a file, a read-only place, or a ``config.json`` no run wrote is
   refused with one line (other files in the directory are left alone).
@@ -41,7 +41,7 @@ log = logging.getLogger("gnnpipe.rundir")
 
 LOCK_FILE = ".gnnpipe.lock"
 #: What a run writes into its directory; ``--overwrite`` removes exactly these.
-RUN_OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "checkpoints")
+RUN_OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "checkpoints", "actions")
 #: Bytes of the broadcast run-directory path (Linux's PATH_MAX).
 _PATH_BYTES = 4096
 
@@ -322,3 +322,48 @@ class MetricsFile:
 def write_json_atomic(path: Path, obj: dict) -> None:
     """``obj`` as JSON through a temp file and a rename; on failure one line, no temp left."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+class ActionLog:
+    """``--profile-actions``: this rank's ``<out>/actions/rank<k>.jsonl``, one line per epoch.
+
+    Each line holds the epoch, the rank's place in the layout (way, stage), its epoch's
+    ``compute_s``/``comm_s``/``bubble_s`` and, on pipeline stages, seconds by kind of work
+    (:data:`gnnpipe.parallel.executor.ACTION_KINDS`). Every rank writes its own file, so
+    nothing is communicated; a write that fails (a full disk) is reported once and
+    profiling stops on that rank, training goes on. A resumed run appends.
+    """
+
+    def __init__(self, out: Path, rank: int, append: bool = False) -> None:
+        self.path = Path(out) / "actions" / f"rank{rank}.jsonl"
+        self.rank = rank
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.f = open(self.path, "a" if append else "w")
+        except OSError as e:
+            log.warning("--profile-actions: cannot write %s (%s); not profiling rank %d", self.path, _why(e), rank)
+            self.f = None
+
+    def write(self, epoch: int, ex, res) -> None:
+        if self.f is None:
+            return
+        dims = ex.dims
+        way, stage = dims.coords(self.rank)
+        rec = {"epoch": epoch, "rank": self.rank, "mode": dims.mode, "way": way, "stage": stage,
+               "compute_s": res.compute_s, "comm_s": res.comm_s, "bubble_s": res.bubble_s,
+               "actions": dict(res.actions)}
+        try:
+            self.f.write(json.dumps(rec) + "\n")
+            self.f.flush()
+        except OSError as e:
+            log.warning("--profile-actions: writing %s failed (%s); profiling of rank %d stops", self.path, _why(e),
+                        self.rank)
+            self.close()
+
+    def close(self) -> None:
+        if self.f is not None:
+            try:
+                self.f.close()
+            except OSError:
+                pass
+            self.f = None
