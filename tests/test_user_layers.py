@@ -204,7 +204,7 @@ def test_a_carried_tensor_travels_only_where_it_is_read_before_written():
     assert [carry_keys_after(units, s) for s in (1, 2, 3)] == [("h0",), (), ("h0",)]
 
 
-@pytest.mark.slow
+@pytest.mark.mpi
 def test_example_runs_in_one_process_and_under_mpirun():
     ex = REPO / "examples" / "pyg_custom_layers.py"
     venv = Path(sys.executable).parent
