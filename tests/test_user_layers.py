@@ -258,3 +258,29 @@ def test_a_local_layer_on_sub_graphs_gives_the_whole_graph_rows(i):
             assert not b2.dst_is_prefix()
             got2, _ = unit(x[b.dst_gid], {}, ctx, block=b2, h_src=x[b2.src_gid])
             torch.testing.assert_close(got2, want[b.dst_gid], rtol=1e-5, atol=1e-5)
+
+
+def test_checkpoint_resume_export_and_merge(tmp_path):
+    """A resumed user chain continues as the uninterrupted run; the exported file and the
+    merged checkpoint load into nn.ModuleList(layers); another chain cannot resume it."""
+    from gnnpipe.export import load_model, merge_checkpoint
+
+    g = small_graph()
+    opts = dict(mode="pipeline", stages=1, chunks=3, dropout=0.2, eval_every=2, seed=3)  # stale: history too
+    whole = gnnpipe.fit(g, layers=graphconv_chain(), epochs=6, **opts)
+    run = tmp_path / "run"
+    first = gnnpipe.fit(g, layers=graphconv_chain(), epochs=4, out=run, checkpoint_every=2,
+                        export=tmp_path / "m.pt", **opts)
+    exported = torch.load(tmp_path / "m.pt", weights_only=True)
+    merged, mc, _ = merge_checkpoint(run)
+    assert mc["model"] == "user" and exported["state_dict"].keys() == merged.keys()
+    for k, v in first.model.state_dict().items():
+        assert torch.equal(exported["state_dict"][k], v) and torch.equal(merged[k], v), k
+    nn.ModuleList(graphconv_chain()).load_state_dict(merged)
+    with pytest.raises(gnnpipe.GnnpipeError, match="chain of your own layers"):
+        load_model(tmp_path / "m.pt")
+    resumed = gnnpipe.fit(g, layers=graphconv_chain(), epochs=6, resume=run, out=tmp_path / "r", **opts)
+    np.testing.assert_allclose([m["loss"] for m in resumed.metrics], [m["loss"] for m in whole.metrics], rtol=1e-6)
+    with pytest.raises(gnnpipe.GnnpipeError, match="user_layers"):
+        gnnpipe.fit(g, layers=graphconv_chain()[:3] + [nn.Linear(D, C)], epochs=6, resume=run,
+                    out=tmp_path / "r2", **opts)

@@ -408,6 +408,18 @@ class UserChain(nn.ModuleList):
             raise GnnpipeError(f"carried tensors must share one width (they travel in one message), got "
                                f"{self.carry_dims}")
 
+    def signature(self) -> list[str]:
+        """What a checkpoint of this chain must match to be resumed by it: each item's
+        ``repr``, parameter shapes, carry names, activation and dropout (JSON-serialisable; a
+        best effort: options a layer's repr does not show, such as PyG's ``aggr``, escape it)."""
+        out = []
+        for i, s in enumerate(self.specs):
+            shapes = [list(p.shape) for p in s.module.parameters()]
+            act = self.item_act(i)
+            out.append(f"{' '.join(repr(s.module).split())} {shapes} reads={list(s.reads)} writes={s.writes} "
+                       f"act={getattr(act, '__name__', act)} dropout={self.item_dropout(i)}")
+        return out
+
     def model_config(self, multilabel: bool, dropout: float) -> ModelConfig:
         """The :class:`ModelConfig` that describes this chain (model ``user``)."""
         if not self.out_dims:

@@ -82,6 +82,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
                 graph = row_normalized(graph)
         ex, plan = setup.build_executor(cfg, comm, graph, user)
         identity = ckpt.run_identity(cfg, ex.dims, graph.content_hash, getattr(plan, "params", None))
+        if user is not None:  # the config's model fields do not describe the user's chain
+            identity["user_layers"] = user.signature()
         if cfg.resume:
             where = ckpt.find_checkpoint(cfg.resume)
             commit, payload = ckpt.load_checkpoint(where, comm.rank, identity)
