@@ -212,6 +212,10 @@ def _user_chain(options: dict) -> UserChain | None:
     CLI's count): the chain, with ``layers`` set to its length for the config."""
     layers = options.get("layers")
     if isinstance(layers, (list, tuple, nn.ModuleList)):
+        shape = [k for k in ("model", "hidden", "heads", "alpha", "lam", "backend") if k in options]
+        if shape:
+            raise GnnpipeError(f"fit: {', '.join(shape)}= describe a built-in model; with layers=[...] your "
+                               "layers are the model (drop them)")
         chain = UserChain(layers, act=options.pop("act", "relu"))  # dropout and seed: from the config
         options["layers"] = len(chain)
         return chain

@@ -180,6 +180,8 @@ def test_non_local_layers_are_refused_in_one_line():
         gnnpipe.fit(g, layers=[Layer(GCN2Conv(F, 0.1, normalize=False), reads="h0"), nn.Linear(F, C)], epochs=1)
     with pytest.raises(gnnpipe.GnnpipeError, match=r"outputs 16 columns; the graph has 4 classes"):
         gnnpipe.fit(g, layers=[GraphConv(F, D)], epochs=1)
+    with pytest.raises(gnnpipe.GnnpipeError, match="model= describe a built-in model"):
+        gnnpipe.fit(g, layers=graphconv_chain(), model="gcn", epochs=1)
     with pytest.raises(gnnpipe.GnnpipeError, match="act= applies to your own layers"):
         gnnpipe.fit(g, act="elu", epochs=1)
 

@@ -131,7 +131,7 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
         mfile.flush()
     bar = None
     if show_progress and rank0:
-        bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
+        bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{'user' if user is not None else cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
     best = {"val_acc": -1.0, "test_acc": None, "epoch": None}
     for rec in history:
         if "val_acc" in rec and rec["val_acc"] > best["val_acc"]:
