@@ -132,7 +132,7 @@ def _pyg(name: str):
 def _non_local_reason(m: nn.Module, kind: str) -> str | None:
     """Why ``m`` cannot be exact on a sub-graph, with what to use instead; None if not known."""
     t = type(m).__name__
-    if kind == "pyg" or isinstance(m, nn.Module) and type(m).__module__.startswith("torch_geometric"):
+    if kind == "pyg" or type(m).__module__.startswith("torch_geometric"):  # PyG norms are row-wise items
         for name, alt in (("GCNConv", "GCNConv(normalize=False) (no degree normalisation) or the built-in "
                                       "model='gcn', which normalises with global degrees"),
                           ("GCN2Conv", "GCN2Conv(normalize=False) or the built-in model='gcnii'"),
@@ -355,8 +355,8 @@ class UserChain(nn.ModuleList):
                 gnnpipe's Graph holds a graph (and as it was trained).
             epoch: keys the dropout masks in training mode.
         """
-        from_edges = _block_of_edges(edge_index, int(x.shape[0]))
-        return self.run(from_edges, x, RunCtx(training=self.training, epoch=epoch, seed=self.seed))
+        block = _block_of_edges(edge_index, int(x.shape[0]))
+        return self.run(block, x, RunCtx(training=self.training, epoch=epoch, seed=self.seed))
 
     # ------------------------------------------------------------------ set-up
     @torch.no_grad()
