@@ -9,16 +9,17 @@ The public API (see :mod:`gnnpipe.api`)::
     gnnpipe.fit          train in this process's role; returns a Result
     gnnpipe.launch       start N local ranks from a notebook or script
     gnnpipe.Result       .model, .metrics, .summary, .predict()
+    gnnpipe.Layer        one of your own layers with options (fit(layers=[...]): reads, writes, act, dropout)
 """
 
 from gnnpipe._base import GnnpipeError, __version__
 
-__all__ = ["Graph", "GnnpipeError", "Result", "TrainedModel", "__version__", "fit", "launch"]
+__all__ = ["Graph", "GnnpipeError", "Layer", "Result", "TrainedModel", "__version__", "fit", "launch"]
 
 # The public names load on first use, so `import gnnpipe` stays light (no torch, numpy or
 # scipy until one is wanted) and changes no global state. No module of the package imports
 # this one (they import gnnpipe._base), so these imports are no cycle.
-_API = ("fit", "launch", "Result", "TrainedModel")
+_API = ("fit", "launch", "Layer", "Result", "TrainedModel")
 
 
 def __getattr__(name: str):

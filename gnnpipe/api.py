@@ -9,6 +9,10 @@
     res.predict()                                         # exact full-graph logits
     res.metrics[-1]["loss"], res.summary["test_acc_at_best_val"]
 
+    # or your own chain of PyG / DGL layers (gnnpipe.models.user: the rules, the carry protocol)
+    res = gnnpipe.fit(graph, layers=[GraphConv(F, 64), GraphConv(64, 64), GraphConv(64, C)],
+                      mode="pipeline", exact=True)
+
 :func:`fit` trains in this process's role within whatever launch it runs under: one process,
 ``mpirun -np N python script.py``, ``torchrun``, ``srun``. It takes every option of
 ``gnnpipe-train`` as a keyword argument (``gnnpipe-train --help`` lists them; underscores
@@ -36,13 +40,14 @@ from gnnpipe.data.graph import Graph, symmetric_csr
 from gnnpipe.export import save_model
 from gnnpipe.models import GNN, ModelConfig, RunCtx, build_model
 from gnnpipe.models.block import Block
+from gnnpipe.models.user import Layer, UserChain
 from gnnpipe.parallel.features import features_to_tensor
 from gnnpipe.testing import run_ranks
 from gnnpipe.train.loop import run_training
 from gnnpipe.train.rundir import open_run_dir
 from gnnpipe.train.setup import gather_model_state, model_config
 
-__all__ = ["Result", "TrainedModel", "fit", "launch"]
+__all__ = ["Layer", "Result", "TrainedModel", "UserChain", "fit", "launch"]
 
 
 class TrainedModel(nn.Module):
@@ -88,14 +93,16 @@ class Result:
     """What :func:`fit` returns (the same on every rank).
 
     Attributes:
-        model: the trained model with every stage's weights (:class:`TrainedModel`).
+        model: the trained model with every stage's weights: a :class:`TrainedModel`, or for
+            ``fit(layers=[...])`` a :class:`gnnpipe.models.user.UserChain` (its
+            ``state_dict`` loads into ``nn.ModuleList`` of the same layers).
         metrics: one dict per epoch, as in ``metrics.jsonl``.
         summary: test accuracy at the best validation accuracy, epochs, mean epoch time.
         config: the resolved :class:`gnnpipe.config.TrainConfig`.
         graph: the graph it was trained on (original node ids).
     """
 
-    model: TrainedModel
+    model: TrainedModel | UserChain
     metrics: list[dict]
     summary: dict
     config: TrainConfig
@@ -111,7 +118,10 @@ class Result:
             g = self.graph
             block = Block.full(torch.as_tensor(np.asarray(g.indptr)), torch.as_tensor(np.asarray(g.indices)))
             x = features_to_tensor(g.features)
-            return self.model.gnn(block, x, RunCtx(training=False, epoch=0, seed=self.model.seed))
+            ctx = RunCtx(training=False, epoch=0, seed=self.model.seed)
+            if isinstance(self.model, UserChain):
+                return self.model.run(block, x, ctx)
+            return self.model.gnn(block, x, ctx)
         finally:
             self.model.train(was)
 
@@ -131,7 +141,12 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
             ``export="model.pt"`` writes the trained model as ``gnnpipe-train --export`` does.
         progress: a progress bar on rank 0.
         **options: any ``gnnpipe-train`` option, e.g. ``mode="pipeline", model="gcnii",
-            layers=16, hidden=64, epochs=100, exact=True, threads=2``.
+            layers=16, hidden=64, epochs=100, exact=True, threads=2``. Two more here:
+            ``layers=[module, ...]`` (a list, not a count) trains your own chain of PyG / DGL
+            layers and row-wise modules instead of ``model`` (:mod:`gnnpipe.models.user`:
+            the locality rule, ``gnnpipe.Layer`` for carried tensors); your modules are
+            copied, not changed, and every rank starts from rank 0's weights. ``act=``
+            names the activation between them (default ``"relu"``).
 
     Raises:
         GnnpipeError: an option or the data is invalid (one line naming it), or training
@@ -146,6 +161,7 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
                            f"{type(graph).__name__} (convert with gnnpipe.Graph.from_pyg or from_dgl)")
     if graph is not None:
         options["dataset"] = graph.name or "graph"
+    user = _user_chain(options)
     options.setdefault("progress", progress)
     if out is not None:
         options["out"] = str(out)
@@ -153,6 +169,8 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
         cfg = TrainConfig(**options)
     except TypeError as e:  # an unknown keyword
         raise GnnpipeError(f"fit: {e}; the options are gnnpipe-train's (gnnpipe-train --help)") from None
+    if user is not None:
+        user.dropout, user.seed = float(cfg.dropout), int(cfg.seed)
     launch_info = detect_launch()
     apply_threads(cfg.threads, launch_info)
     own = comm is None
@@ -165,11 +183,18 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
         run_dir = None
         if out is not None:
             run_dir, lock = open_run_dir(comm, cfg, None)
-        summary, ex, used = run_training(cfg, comm, out=run_dir, show_progress=cfg.progress, graph=graph)
-        mcfg = model_config(cfg, used)
-        gnn = build_model(mcfg, seed=cfg.seed)
+        summary, ex, used = run_training(cfg, comm, out=run_dir, show_progress=cfg.progress, graph=graph,
+                                         user=user)
+        mcfg = model_config(cfg, used, user)
         state = gather_model_state(ex, comm, mcfg.num_units)
-        gnn.load_state_dict(state)
+        if user is not None:
+            user.load_units_state(state)
+            model: TrainedModel | UserChain = user
+            state = user.state_dict()  # the export loads into nn.ModuleList(layers)
+        else:
+            gnn = build_model(mcfg, seed=cfg.seed)
+            gnn.load_state_dict(state)
+            model = TrainedModel(gnn, seed=cfg.seed)
         if cfg.export and comm.rank == 0:
             save_model(cfg.export, state, mcfg, cfg.to_dict())
         ok = True
@@ -179,7 +204,24 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
         if own and (ok or comm.world_size == 1):  # after a peer failed, teardown may abort
             comm.close()
     history = summary.pop("history")
-    return Result(TrainedModel(gnn, seed=cfg.seed), history, summary, cfg, used)
+    return Result(model, history, summary, cfg, used)
+
+
+def _user_chain(options: dict) -> UserChain | None:
+    """Take ``layers=[...]`` and ``act=`` out of ``options`` (TrainConfig's ``layers`` is the
+    CLI's count): the chain, with ``layers`` set to its length for the config."""
+    layers = options.get("layers")
+    if isinstance(layers, (list, tuple, nn.ModuleList)):
+        shape = [k for k in ("model", "hidden", "heads", "alpha", "lam", "backend") if k in options]
+        if shape:
+            raise GnnpipeError(f"fit: {', '.join(shape)}= describe a built-in model; with layers=[...] your "
+                               "layers are the model (drop them)")
+        chain = UserChain(layers, act=options.pop("act", "relu"))  # dropout and seed: from the config
+        options["layers"] = len(chain)
+        return chain
+    if "act" in options:
+        raise GnnpipeError("act= applies to your own layers only: fit(graph, layers=[module, ...], act=...)")
+    return None
 
 
 def launch(fn: Callable[..., Any] | str, nprocs: int = 2, comm: str = "torch", *,

@@ -6,6 +6,7 @@ checkpoints keep one file per rank. An exported model is one ``torch.save`` file
     {"format": "gnnpipe-model", "format_version": 1,
      "model_config": {...},      # gnnpipe.models.ModelConfig fields
      "state_dict": {...},        # keys units.<i>.*: loads into build_model(ModelConfig(**model_config))
+                                 # (model "user", fit(layers=[...]): keys <i>.*, nn.ModuleList(layers))
      "train_config": {...}}      # the run's settings, for the record
 
 written by ``gnnpipe-train --export FILE`` (after training), by
@@ -26,7 +27,7 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.checkpoint import find_checkpoint, read_commit, read_rank_payload
 from gnnpipe.fsutil import atomic_write_bytes
-from gnnpipe.models import GNN, ModelConfig, build_model
+from gnnpipe.models import GNN, USER_MODEL, ModelConfig, build_model
 
 FORMAT = "gnnpipe-model"
 FORMAT_VERSION = 1
@@ -66,6 +67,9 @@ def load_model(path: str | os.PathLike) -> GNN:
         raise GnnpipeError(f"{path}: not a readable model file ({type(e).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise GnnpipeError(f"{path}: not a {FORMAT} file (format {payload.get('format') if isinstance(payload, dict) else None!r})")
+    if payload.get("model_config", {}).get("model") == USER_MODEL:
+        raise GnnpipeError(f"{path}: a chain of your own layers; load torch.load(path)['state_dict'] into "
+                           "nn.ModuleList(your layers)")
     try:
         gnn = build_model(ModelConfig(**payload["model_config"]), seed=0)
         gnn.load_state_dict(payload["state_dict"])
@@ -107,8 +111,12 @@ def merge_checkpoint(run_or_ckpt: str | os.PathLike) -> tuple[dict, dict, dict]:
     if model_config is None:
         raise GnnpipeError(f"{where}: written before checkpoints recorded the model config; "
                            "re-run with this version of gnnpipe to export it")
-    n = len(build_model(ModelConfig(**model_config), seed=0).units)
+    user = model_config.get("model") == USER_MODEL
+    n = int(model_config["layers"]) if user else len(build_model(ModelConfig(**model_config), seed=0).units)
     if sorted(units) != list(range(n)):
         raise GnnpipeError(f"{where}: the rank files hold units {sorted(units)}, expected 0..{n - 1}")
-    state_dict = {f"units.{i}.{key}": v for i, sd in sorted(units.items()) for key, v in sd.items()}
+    if user:  # keys of nn.ModuleList(layers), as fit(layers=...) exports: <i>.<the module's own key>
+        state_dict = {f"{i}.{key.removeprefix('module.')}": v for i, sd in sorted(units.items()) for key, v in sd.items()}
+    else:
+        state_dict = {f"units.{i}.{key}": v for i, sd in sorted(units.items()) for key, v in sd.items()}
     return state_dict, model_config, commit.get("config") or {}

@@ -14,6 +14,10 @@ Nothing here communicates. Units per model (``cfg.layers`` = L graph layers):
   (α, λ, β_l = log(λ/l + 1)) with ReLU, output Linear d→classes.
 - ``resgcn+``: input Linear F→d, L res+ units (LayerNorm → ReLU → dropout → GCN → +h),
   output unit LayerNorm → ReLU → dropout → Linear.
+
+A chain of the user's own PyG / DGL layers (``fit(layers=[...])``) has the model name
+``user`` (:data:`USER_MODEL`): :mod:`gnnpipe.models.user` builds it, one unit per layer;
+:func:`build_model` refuses the name.
 """
 
 from __future__ import annotations
@@ -39,8 +43,12 @@ from gnnpipe.models.units import (
 
 __all__ = [
     "Block", "BlockError", "ModelConfig", "ModelConfigError", "RunCtx", "Unit", "GNN",
-    "build_model", "copy_weights", "loss_fn", "accuracy_counts", "MODELS", "BACKENDS",
+    "build_model", "copy_weights", "loss_fn", "accuracy_counts", "MODELS", "BACKENDS", "USER_MODEL",
 ]
+
+#: The model name of a chain of the user's own layers (:mod:`gnnpipe.models.user`); not a
+#: ``--model`` choice: only the Python API's ``fit(layers=[...])`` makes one.
+USER_MODEL = "user"
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +62,9 @@ class ModelConfig:
     """What model to build.
 
     Args:
-        model: one of ``gcn``, ``sage``, ``gat``, ``gcnii``, ``resgcn+``.
+        model: one of ``gcn``, ``sage``, ``gat``, ``gcnii``, ``resgcn+``, or ``user`` (a
+            chain of the user's layers: ``layers`` counts its units, ``hidden`` is the
+            width of its carried tensors).
         in_dim: input feature width F.
         num_classes: output width (classes, or labels for multi-label).
         layers: number of graph layers (aggregations) L.
@@ -83,7 +93,7 @@ class ModelConfig:
         def bad(name: str, want: str) -> ModelConfigError:
             return ModelConfigError(f"model config: {name} must be {want}, got {getattr(self, name)!r}")
 
-        if self.model not in MODELS:
+        if self.model not in MODELS and self.model != USER_MODEL:
             raise bad("model", "one of " + ", ".join(MODELS))
         if self.backend not in BACKENDS:
             raise bad("backend", "one of " + ", ".join(BACKENDS))
@@ -106,7 +116,7 @@ class ModelConfig:
     def num_units(self) -> int:
         """Units :func:`build_model` makes: one per layer, plus input and output linears for
         the models that start with one (the pipeline splits the model at unit boundaries)."""
-        return self.layers if self.model in FEATURE_FIRST_MODELS else self.layers + 2
+        return self.layers if self.model in FEATURE_FIRST_MODELS + (USER_MODEL,) else self.layers + 2
 
 
 class GNN(nn.Module):
@@ -151,6 +161,9 @@ def build_model(cfg: ModelConfig, seed: int) -> GNN:
     Returns:
         :class:`GNN`.
     """
+    if cfg.model == USER_MODEL:
+        raise ModelConfigError("model config: model 'user' is a chain of your own layers; "
+                               "gnnpipe.models.user.UserChain builds it, build_model cannot")
     b = _backend(cfg.backend)
     L, d, p, C = cfg.layers, cfg.hidden, cfg.dropout, cfg.num_classes
     with torch.random.fork_rng(devices=[]):

@@ -252,6 +252,27 @@ class Block:
         """int64 [2, nnz] (src, dst) pairs, PyG convention."""
         return self._cached("edge_index", lambda: torch.stack([self.indices, self.rows()]))
 
+    def square_edge_index(self) -> Tensor:
+        """int64 [2, nnz] (src, dst) pairs with BOTH ends in src-row space (the dst end is
+        ``dst_in_src[row]``): the edges of a square graph over the src rows, for layers that
+        take one node set (user layers, :mod:`gnnpipe.models.user`)."""
+        return self._cached("square_edge_index", lambda: torch.stack([self.indices, self.dst_in_src[self.rows()]]))
+
+    def dst_is_prefix(self) -> bool:
+        """Whether the dst nodes are the first ``num_dst`` src rows in order
+        (``dst_in_src == arange(num_dst)``), as in every block the executors build."""
+        return self._cached("dst_prefix", lambda: bool(torch.equal(self.dst_in_src, torch.arange(self.num_dst))))
+
+    def dgl_square(self):
+        """A cached ``dgl.graph`` over the src rows with the block's edges
+        (:meth:`square_edge_index`): for DGL layers that take one node set."""
+        def make():
+            import dgl  # optional backend, imported only when used
+
+            src, dst = self.square_edge_index()
+            return dgl.graph((src, dst), num_nodes=self.num_src)
+        return self._cached("dgl_square", make)
+
     def dgl_block(self, self_loops: bool):
         """A cached ``dgl.create_block`` of this block (edges src -> dst).
 

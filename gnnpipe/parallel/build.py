@@ -23,7 +23,7 @@ import torch
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
-from gnnpipe.models import ModelConfig, build_model
+from gnnpipe.models import GNN, USER_MODEL, ModelConfig, build_model
 from gnnpipe.parallel.chunks import build_chunks
 from gnnpipe.parallel.executor import Executor, StaleOptions
 from gnnpipe.parallel.features import gather_feature_rows
@@ -53,15 +53,17 @@ def check_layout(dims: ParallelDims, mcfg: ModelConfig) -> None:
         GnnpipeError: fewer layer units than pipeline stages.
     """
     if dims.pipelined and mcfg.num_units < dims.stages:
+        what = (f"layers= holds {mcfg.num_units} layers," if mcfg.model == USER_MODEL
+                else f"{mcfg.model} with --layers {mcfg.layers} has {mcfg.num_units} layer units,")
         raise GnnpipeError(
-            f"{mcfg.model} with --layers {mcfg.layers} has {mcfg.num_units} layer units, fewer than "
+            f"{what} fewer than "
             f"{dims.stages} stages; use fewer stages or --mode hybrid (ways x stages)"
         )
 
 
 def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opts: StaleOptions, *,
                    seed: int, optimizer: OptimizerFactory, history_dtype: str = "float32",
-                   device: str = "cpu", wire: Wire = FLOAT32) -> Executor:
+                   device: str = "cpu", wire: Wire = FLOAT32, model: GNN | None = None) -> Executor:
     """This rank's executor.
 
     Args:
@@ -80,6 +82,9 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
             weight all-reduce stay float32. The trainer's config refuses ``--exact`` with a
             lossy format (exact mode equals the one-process run); this layer builds what it
             is given, so the exact hybrid's exchanger can be measured in every format.
+        model: the model to run instead of ``build_model(mcfg, seed)`` (a chain of user layers,
+            :class:`gnnpipe.models.user.UserGNN`; identical initial weights on every rank are
+            the caller's job); ``mcfg`` must describe it.
 
     Raises:
         GnnpipeError: the layout does not fit the world, the plan or the model.
@@ -91,33 +96,39 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
     check_layout(dims, mcfg)
     num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
     if dims.mode == "graph":
-        return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire)
-    return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire)
+        return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model)
+    return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire,
+                           model)
 
 
-def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire) -> GraphParallelExecutor:
+def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model) -> GraphParallelExecutor:
     local = load_local_part(graph, plan, comm.rank)
     halo_rows = plan.perm[np.asarray(local.halo.recv_ids, dtype=np.int64)]
     halo_x = gather_feature_rows(graph.features, halo_rows)
-    model = build_model(mcfg, seed=seed)
+    if model is None:
+        model = build_model(mcfg, seed=seed)
     opt = optimizer(list(model.parameters()))
     return GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=seed,
                                  multilabel=graph.multilabel, device=device, wire=wire)
 
 
 def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,
-                    wire) -> PipelineExecutor:
+                    wire, model) -> PipelineExecutor:
     """Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's
     parts) of ``S`` stages, ``rank = way·S + stage``."""
     D, S, C = dims.ways, dims.stages, dims.chunks
     way, s_idx = dims.coords(comm.rank)
-    model = build_model(mcfg, seed=seed)
+    if model is None:
+        model = build_model(mcfg, seed=seed)
     units = list(model.units)
     if len(units) != mcfg.num_units:
         raise GnnpipeError(f"internal: {mcfg.model} built {len(units)} units, expected {mcfg.num_units}")
     nnz = graph.features.nnz if graph.sparse_features else None
-    costs = layer_costs(mcfg.model, mcfg.layers, graph.num_features, mcfg.hidden, graph.num_nodes,
-                        graph.num_edges, graph.num_classes, sparse_nnz=nnz)
+    if mcfg.model == USER_MODEL:  # the chain's own estimate (the cost model knows built-ins only)
+        costs = model.unit_costs(graph.num_nodes, graph.num_edges)
+    else:
+        costs = layer_costs(mcfg.model, mcfg.layers, graph.num_features, mcfg.hidden, graph.num_nodes,
+                            graph.num_edges, graph.num_classes, sparse_nnz=nnz)
     if len(costs) != len(units):
         raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
     a, b = assign_layers(costs, S)[s_idx]

@@ -61,12 +61,23 @@ from gnnpipe.parallel.halo import acc_rows
 
 
 def carry_keys_after(units, start: int) -> tuple[str, ...]:
-    """Cross-layer tensors that units from ``start`` on read (must travel with the chunk)."""
+    """Cross-layer tensors that units from ``start`` on read before one of them writes it
+    (they must travel with the chunk into unit ``start``).
+
+    A unit that declares ``carry_reads`` / ``carry_writes`` (user layers) is read that way;
+    a built-in unit's ``carry_keys`` count as reads (GCNII's input unit, which writes
+    ``h0``, is unit 0 and never follows a stage boundary).
+    """
     keys: list[str] = []
+    written: set = set()
     for u in list(units)[start:]:
-        for k in getattr(u, "carry_keys", ()) or ():
-            if k not in keys:
+        reads = getattr(u, "carry_reads", None)
+        if reads is None:
+            reads = getattr(u, "carry_keys", ()) or ()
+        for k in reads:
+            if k not in keys and k not in written:
                 keys.append(k)
+        written.update(getattr(u, "carry_writes", ()) or ())
     return tuple(keys)
 
 

@@ -43,7 +43,7 @@ def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool =
 
 
 def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool = False,
-                 graph: Graph | None = None) -> tuple[dict, Executor, Graph]:
+                 graph: Graph | None = None, user=None) -> tuple[dict, Executor, Graph]:
     """Train on this rank; returns the summary (identical on every rank), the executor and the graph.
 
     Args:
@@ -53,6 +53,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
             every rank writes its checkpoint files under ``out/checkpoints``).
         show_progress: tqdm bar on rank 0.
         graph: the graph to train on (in memory); None loads the one ``cfg`` names.
+        user: a :class:`gnnpipe.models.user.UserChain` to train instead of ``cfg.model``
+            (``gnnpipe.fit(layers=[...])``); its modules receive rank 0's initial weights.
 
     Returns:
         ``(summary, executor, graph)``: the summary holds ``best_val_acc``,
@@ -78,8 +80,10 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
             check_splits(graph, cfg.dataset)
             if cfg.normalize_features:
                 graph = row_normalized(graph)
-        ex, plan = setup.build_executor(cfg, comm, graph)
+        ex, plan = setup.build_executor(cfg, comm, graph, user)
         identity = ckpt.run_identity(cfg, ex.dims, graph.content_hash, getattr(plan, "params", None))
+        if user is not None:  # the config's model fields do not describe the user's chain
+            identity["user_layers"] = user.signature()
         if cfg.resume:
             where = ckpt.find_checkpoint(cfg.resume)
             commit, payload = ckpt.load_checkpoint(where, comm.rank, identity)
@@ -128,7 +132,7 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
     actions = ActionLog(out, comm.rank, append=resumed is not None) if out is not None and cfg.profile_actions else None
     bar = None
     if show_progress and rank0:
-        bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
+        bar = tqdm(total=cfg.epochs, desc=f"{cfg.mode}/{'user' if user is not None else cfg.model}-{cfg.layers}", unit="ep", file=sys.stderr)
     best = {"val_acc": -1.0, "test_acc": None, "epoch": None}
     for rec in history:
         if "val_acc" in rec and rec["val_acc"] > best["val_acc"]:
@@ -172,7 +176,7 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
                     "format": ckpt.FORMAT, "epoch": epoch, "rank": comm.rank,
                     "world_size": comm.world_size, "executor": ex.state_dict(),
                     "rng": ckpt.rng_state(), "history": history, "identity": identity,
-                    "config": cfg.to_dict(), "model_config": dataclasses.asdict(setup.model_config(cfg, graph)),
+                    "config": cfg.to_dict(), "model_config": dataclasses.asdict(setup.model_config(cfg, graph, user)),
                 }
                 ckpt.save_checkpoint(comm, out, epoch, payload, identity, keep=KEEP_CHECKPOINTS,
                                      config=cfg.to_dict())

@@ -11,14 +11,18 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.config import TrainConfig
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import ModelConfig
+from gnnpipe.models.user import UserChain
 from gnnpipe.parallel import build
 from gnnpipe.parallel.executor import Executor, StaleOptions
 from gnnpipe.parallel.wire import Wire
 from gnnpipe.partition import PartitionPlan, build_plan, check_plan_matches
 
 
-def model_config(cfg: TrainConfig, graph) -> ModelConfig:
-    """The model a config trains on ``graph`` (input and output widths from the data)."""
+def model_config(cfg: TrainConfig, graph, user: UserChain | None = None) -> ModelConfig:
+    """The model a config trains on ``graph`` (input and output widths from the data), or
+    the description of the user's chain ``user`` (prepared by :func:`build_executor`)."""
+    if user is not None:
+        return user.model_config(graph.multilabel, cfg.dropout)
     return ModelConfig(
         model=cfg.model, in_dim=graph.num_features, num_classes=graph.num_classes,
         layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, dropout=cfg.dropout,
@@ -48,11 +52,24 @@ def plan_for(cfg: TrainConfig, graph, dims: ParallelDims):
     return build_plan(graph, parts=parts, chunks=max(chunks, 1), method=method, seed=cfg.seed)
 
 
-def build_executor(cfg: TrainConfig, comm, graph) -> tuple[Executor, object]:
+def build_executor(cfg: TrainConfig, comm, graph, user: UserChain | None = None) -> tuple[Executor, object]:
     """This rank's executor for ``cfg`` and the partition plan it runs: the layout is
-    resolved once, checked against the model, then the plan is loaded or made."""
+    resolved once, checked against the model, then the plan is loaded or made.
+
+    With ``user`` (a chain of the user's layers) the chain is measured on the graph's widths
+    and rank 0's initial weights are broadcast into it (collective: every rank constructed
+    its own modules, and nothing makes their random initialisations agree), then each
+    executor runs a copy of it.
+    """
     dims = ParallelDims.from_config(cfg, comm.world_size)
-    mcfg = model_config(cfg, graph)
+    model = None
+    if user is not None:
+        user.prepare(graph.num_features, graph.num_classes)
+        if comm.world_size > 1:
+            user.load_state_dict(comm.broadcast_object(user.state_dict() if comm.rank == 0 else None, 0))
+    mcfg = model_config(cfg, graph, user)
+    if user is not None:
+        model = user.to_gnn(mcfg)
     build.check_layout(dims, mcfg)
     plan = plan_for(cfg, graph, dims)
     opts = StaleOptions.resolve(cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix,
@@ -60,7 +77,7 @@ def build_executor(cfg: TrainConfig, comm, graph) -> tuple[Executor, object]:
     ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
                               history_dtype=cfg.history_dtype, device=cfg.device,
-                              wire=Wire(cfg.wire, cfg.seed))
+                              wire=Wire(cfg.wire, cfg.seed), model=model)
     return ex, plan
 
 
