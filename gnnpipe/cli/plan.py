@@ -31,8 +31,8 @@ which ``calibrate --network`` measures).
 expected accuracy loss is within ``--accuracy-budget`` points (default 0.5 with ``auto``),
 a lossy format counted 5 % slower (:data:`gnnpipe.cost.planner.WIRE_MIN_GAIN`: it must be
 predicted that much faster than float32 to be chosen). The
-expected losses are :data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`, a prior (no lossy-wire
-accuracy run has been measured here), and the output says so. Each row shows its format, bytes
+expected losses are :data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`, a prior (checked against
+one seed of the accuracy benchmark with ``--wire``), and the output says so. Each row shows its format, bytes
 per epoch and expected loss; predicted times send the format's bytes and pay its encode and
 decode (:mod:`gnnpipe.cost.predict`), so on a fast link float32 stays first. ``--exact`` plans
 ``gnnpipe-train --exact`` (one chunk per way) and keeps float32 on the wire: a lossy ``--wire``
@@ -136,8 +136,8 @@ def _parser() -> argparse.ArgumentParser:
                          "auto: rank every layout in every format within --accuracy-budget")
     ap.add_argument("--accuracy-budget", type=float, default=None, metavar="POINTS",
                     help="largest accepted expected accuracy loss of a wire format, in points (default "
-                         f"{DEFAULT_ACCURACY_BUDGET:g} with --wire auto); the expected losses are a prior, "
-                         "not a measurement: " + ", ".join(f"{k} {v:g}" for k, v in WIRE_ACCURACY_PRIOR.items()))
+                         f"{DEFAULT_ACCURACY_BUDGET:g} with --wire auto); the expected losses are a prior "
+                         "(docs/benchmarks.md compares it with a measured run): " + ", ".join(f"{k} {v:g}" for k, v in WIRE_ACCURACY_PRIOR.items()))
     ap.add_argument("--exact", action="store_true",
                     help="plan gnnpipe-train --exact (no staleness: one chunk per way; float32 wire only)")
     ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
