@@ -207,7 +207,7 @@ def test_accuracy_summary_mean_sd_and_distance_from_graph():
 
 
 def test_accuracy_wire_rows_compare_with_the_same_configuration_in_float32(tmp_path):
-    from gnnpipe.bench.accuracy import _flags, plot, split_wire, summarize, variant
+    from gnnpipe.bench.accuracy import _flags, plot, plot_wire, split_wire, summarize, variant
 
     def rows(name, accs):
         return [{"name": name, "seed": k, "ok": True, "test_acc": a, "mean_epoch_time_s": 1.0, "epochs": 150}
@@ -224,6 +224,8 @@ def test_accuracy_wire_rows_compare_with_the_same_configuration_in_float32(tmp_p
     assert "-10.50 vs float32 |" in line[f"{base}+int4"] and "reported (no target)" in line[f"{base}+int4"]
     assert "| 1 | 50.00 ± 0.00 |  |" in line["squirrel-gcnii32-graph+int8"]  # its float32 row was not run
     assert plot(res, tmp_path / "acc.png").stat().st_size > 0
+    assert plot_wire(res, tmp_path / "wire.png").read_bytes()[:4] == b"\x89PNG"
+    assert plot_wire(rows(base, [0.4]), tmp_path / "none.png") is None  # no lossy row: no plot
 
 
 # ----------------------------------------------------------------------------- load

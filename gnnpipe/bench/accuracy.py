@@ -203,24 +203,22 @@ def plot(results: list[dict], path: Path) -> Path:
     for r in results:
         if r.get("ok"):
             by.setdefault(r["name"], []).append(r)
-    names = [variant(n, w) for n in CONFIGS for w in ("float32", *WIRE_ORDER) if variant(n, w) in by]
+    names = [n for n in CONFIGS if n in by]  # lossy wire rows: plot_wire
     plt = C.pyplot()
     fig, ax = plt.subplots(figsize=(max(4.8, 0.6 * len(names) + 1.5), 4.0), layout="constrained")
     short = targets = False
     labels = []
     for x, name in enumerate(names):
         accs = [100 * r["test_acc"] for r in by[name]]
-        base, wire = split_wire(name)
-        mode = base.rsplit("-", 1)[1] if base.rsplit("-", 1)[1] in C.MODE_COLORS else "graph"
+        mode = name.rsplit("-", 1)[1] if name.rsplit("-", 1)[1] in C.MODE_COLORS else "graph"
         ax.bar(x, statistics.mean(accs), 0.7, color=C.MODE_COLORS[mode],
-               yerr=statistics.stdev(accs) if len(accs) > 1 else None, capsize=3, ecolor="0.35",
-               hatch=None if wire == "float32" else WIRE_HATCH[wire], edgecolor="white")
+               yerr=statistics.stdev(accs) if len(accs) > 1 else None, capsize=3, ecolor="0.35")
         ax.plot([x] * len(accs), accs, "o", color="black", ms=3.5)
-        m = re.match(r">= ([0-9.]+)", CONFIGS[base][3])
-        if m and wire == "float32":
+        m = re.match(r">= ([0-9.]+)", CONFIGS[name][3])
+        if m:
             ax.plot([x - 0.4, x + 0.4], [float(m.group(1))] * 2, color="black", lw=1.5, ls="--")
             targets = True
-        flags = CONFIGS[base][2]
+        flags = CONFIGS[name][2]
         full = int(flags[flags.index("--epochs") + 1])
         ran = min(r.get("epochs", full) for r in by[name])
         label = name
@@ -232,13 +230,11 @@ def plot(results: list[dict], path: Path) -> Path:
     ax.set_xlim(-0.8, len(names) - 0.2)  # one configuration (--quick): a bar of the usual width
     ax.set_ylabel("test accuracy % at best validation")
     ax.set_ylim(0, 100)
-    modes = [m for m in C.MODE_COLORS if any(split_wire(n)[0].endswith("-" + m) for n in names)]
-    wires = [w for w in WIRE_ORDER if any(split_wire(n)[1] == w for n in names)]
+    modes = [m for m in C.MODE_COLORS if any(n.endswith("-" + m) for n in names)]
     C.legend_below(fig, [Patch(color=C.MODE_COLORS[m]) for m in modes]
-                   + [Patch(facecolor="0.6", edgecolor="white", hatch=WIRE_HATCH[w]) for w in wires]
                    + [Line2D([], [], color="black", marker="o", ls="none")]
                    + ([Line2D([], [], color="black", ls="--")] if targets else []),
-                   modes + [f"--wire {w}" for w in wires] + ["one seed"] + (["target"] if targets else []))
+                   modes + ["one seed"] + (["target"] if targets else []))
     seeds = sorted({r["seed"] for rs in by.values() for r in rs})
     ax.set_title(f"Accuracy, seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" + (": a shortened run, not a test of the targets"
                                                                      if short else ""), fontsize=9.5)
@@ -246,7 +242,48 @@ def plot(results: list[dict], path: Path) -> Path:
 
 
 WIRE_ORDER = ("bfloat16", "int8", "int4")
-WIRE_HATCH = {"bfloat16": "..", "int8": "//", "int4": "xx"}
+WIRE_COLORS = {"bfloat16": "#56B4E9", "int8": "#E69F00", "int4": "#CC79A7"}
+
+
+def plot_wire(results: list[dict], path: Path) -> Path | None:
+    """Each lossy wire format's test accuracy minus the same configuration's in float32
+    (mean over the seeds both have), one group of bars per configuration, with issue 20's
+    bounds (bfloat16 ±0.2, int8 ±0.5 points) as bands. None when no configuration has a
+    lossy row and its float32 row.
+
+    Returns:
+        ``path``, or None.
+    """
+    from matplotlib.patches import Patch
+
+    mean: dict[str, float] = {}
+    for name in {r["name"] for r in results if r.get("ok")}:
+        mean[name] = statistics.mean(100 * r["test_acc"] for r in results if r.get("ok") and r["name"] == name)
+    bases = [n for n in CONFIGS if n in mean and any(variant(n, w) in mean for w in WIRE_ORDER)]
+    if not bases:
+        return None
+    wires = [w for w in WIRE_ORDER if any(variant(n, w) in mean for n in bases)]
+    plt = C.pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(bases) + 1.5), 3.6), layout="constrained")
+    width = 0.8 / len(wires)
+    for i, w in enumerate(wires):
+        xs = [x + (i - (len(wires) - 1) / 2) * width for x, n in enumerate(bases) if variant(n, w) in mean]
+        ys = [mean[variant(n, w)] - mean[n] for n in bases if variant(n, w) in mean]
+        ax.bar(xs, ys, width * 0.9, color=WIRE_COLORS[w])
+    for w, lim in WIRE_WITHIN.items():
+        if w in wires:
+            ax.axhspan(-lim, lim, color=WIRE_COLORS[w], alpha=0.12, lw=0)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(bases)), [n.replace("-", "\n", 1) for n in bases], fontsize=7)
+    ax.set_ylabel("test accuracy − float32's (points)")
+    seeds = sorted({r["seed"] for r in results if r.get("ok")})
+    ax.set_title(f"--wire against float32, same configuration, seed{'s' if len(seeds) > 1 else ''} "
+                 f"{', '.join(map(str, seeds))}; bands: issue 20's bounds", fontsize=9)
+    C.legend_below(fig, [Patch(color=WIRE_COLORS[w]) for w in wires]
+                   + [Patch(color=WIRE_COLORS[w], alpha=0.25) for w in WIRE_WITHIN if w in wires],
+                   [f"--wire {w}" for w in wires] + [f"{w} bound ±{WIRE_WITHIN[w]}" for w in WIRE_WITHIN if w in wires],
+                   ncol=5)
+    return C.save_fig(fig, path)
 
 MARK_BEGIN, MARK_END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
@@ -310,8 +347,9 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
         results_file.write_text(json.dumps(results, indent=2) + "\n")
     md = summarize(results)
     C.write_results(out / sub, results, md, {"seeds": seeds, "epochs_override": epochs})
-    if any(r.get("ok") for r in results):
+    if any(r.get("ok") and split_wire(r["name"])[1] == "float32" for r in results):
         plot(results, out / sub / "accuracy.png")
+    plot_wire(results, out / sub / "accuracy_wire.png")
     return results, md
 
 
