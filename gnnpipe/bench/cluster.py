@@ -75,7 +75,7 @@ MODES = ("graph", "pipeline", "hybrid")
 #: One colour per mode on every panel.
 MODE_COLORS = {"graph": "tab:blue", "pipeline": "tab:orange", "hybrid": "tab:green"}
 #: Marker and line style of each lossy wire format (float32 is "o-").
-WIRE_STYLE = {"bfloat16": "s:", "int8": "^--", "int4": "v-."}
+WIRE_STYLE = {"bfloat16": "s:", "int8": "^:", "int4": "v:"}
 DEFAULT_RATES = ("25mbit", "50mbit", "100mbit", "200mbit", "500mbit", "unshaped")
 
 #: ``predict(row, rate_bps) -> seconds or None``: the cost model's epoch time for a cell's
@@ -369,8 +369,8 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
     Measured cells are dots joined by a thin line; ``predict`` (when given) adds a dashed
     line per mode. The unshaped cells sit at the right, one step past the fastest rate,
     labelled ``unshaped``. A dotted vertical line marks where graph and pipeline change order
-    (float32). Lossy wire formats are drawn in the mode's colour with their own marker and
-    line style (no predicted line).
+    (float32). Lossy wire formats are drawn in the mode's colour, open markers on a dotted
+    line (no predicted line). One legend below the panels.
 
     Returns:
         the PNG's path.
@@ -384,7 +384,7 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
     def x_of(bps):
         return (bps if bps else x_unshaped) / 1e6
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, layout="constrained")
     for ax, (g, m) in zip(axes[0], panels):
         pts: dict[str, list[tuple[float, float]]] = {}
         for mode in MODES:
@@ -413,11 +413,15 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{b / 1e6:g}" for b in shaped] + ["unshaped"], fontsize=7)
         ax.minorticks_off()
-        ax.set_title(f"{g} {m}", fontsize=9)
+        first = next((r for r in ok if (r["graph"], r["model"]) == (g, m)), {})
+        shape = f"{m}-{first['layers']} d={first['hidden']}" if "layers" in first else m
+        hosts = f", {first['hosts']} hosts × {first.get('ranks_per_host', 1)} rank" if "hosts" in first else ""
+        ax.set_title(f"{g} {shape}{hosts}", fontsize=9)
         ax.set_xlabel("link rate per host (Mbit/s)")
         ax.set_ylabel("epoch time (s)")
         ax.set_ylim(bottom=0)
-    axes[0][0].legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    C.legend_below(fig, handles, labels, ncol=3)
     return C.save_fig(fig, path)
 
 
