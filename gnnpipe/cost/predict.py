@@ -443,6 +443,9 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     # out-of-chunk neighbours (history rows; in the hybrid also the other ways' rows).
     nbrs = _chunk_nbrs(pi, C, notes_v)
     frac_src = (rows + nbrs) / N
+    # With several chunks whose source rows outnumber the nodes, a stage hashes each node's
+    # dropout masks once per unit (PipelineStage.keep_masks) instead of per chunk.
+    frac_hashed = 1.0 if C > 1 and rows + nbrs > N else None
     chunk_halo = _chunk_halo(pi, C, notes_v) if D > 1 else 0
     halo_m = pi.sum_m if D > 1 else 0  # rows between ways per layer and direction: Σ_w M_w
     for st, (a, b) in enumerate(blocks):
@@ -461,7 +464,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
             comp += unit_time(u, prof, 0.0, 2 * C) + (
                 u.gemm_flops * (frac_src if on_src else frac_rows) / prof.gemm_flops_s
                 + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                + elem_time(u, prof, frac_rows, frac_src))
+                + elem_time(u, prof, frac_rows, frac_src, frac_hashed))
             params += u.params
             if u.aggregates and not u.reads_features:
                 # History path per chunk: write the chunk's rows, gather its neighbour rows,

@@ -179,16 +179,26 @@ def dropout_time(values: float, prof: HardwareProfile, bytes_per_value: int = 4)
     return dropout_elem_bytes(values, bytes_per_value) / prof.mem_bytes_s
 
 
-def elem_time(u: UnitWork, prof: HardwareProfile, frac_rows: float, frac_src: float) -> float:
+def elem_time(u: UnitWork, prof: HardwareProfile, frac_rows: float, frac_src: float,
+              frac_hashed: float | None = None) -> float:
     """Elementwise seconds of ``u`` (dropout included) when it runs on ``frac_rows`` of the
     graph's rows as destinations and ``frac_src`` as sources: an aggregating unit drops out
     its source rows; a transform on source rows takes all its elementwise work there, else
-    only ``elem_src_bytes`` runs over them."""
+    only ``elem_src_bytes`` runs over them.
+
+    ``frac_hashed``: the rows whose dropout masks are hashed, when that differs from the rows
+    dropped out (a pipeline stage with several chunks hashes every node once per unit,
+    :class:`gnnpipe.models.ops.KeepMaskCache`, and applies the masks to each chunk's source
+    rows: an elementwise pass there)."""
     if not u.aggregates:
         return u.elem_bytes * frac_rows / prof.mem_bytes_s + dropout_time(u.drop_values * frac_rows, prof)
     src_bytes = u.elem_bytes if u.gemm_on_src else u.elem_src_bytes
-    return (((u.elem_bytes - src_bytes) * frac_rows + src_bytes * frac_src) / prof.mem_bytes_s
-            + dropout_time(u.drop_values * frac_src, prof))
+    if frac_hashed is None:
+        drop = dropout_time(u.drop_values * frac_src, prof)
+    else:
+        drop = (dropout_time(u.drop_values * frac_hashed, prof)
+                + dropout_elem_bytes(u.drop_values * frac_src) / prof.mem_bytes_s)
+    return ((u.elem_bytes - src_bytes) * frac_rows + src_bytes * frac_src) / prof.mem_bytes_s + drop
 
 
 #: Encode + decode of one message by :mod:`gnnpipe.parallel.wire` on one CPU core, in

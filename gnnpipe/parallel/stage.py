@@ -306,8 +306,10 @@ class PipelineStage:
         # hybrid mode (see WayLink).
         self.hist_dtype = hist_dtype
         # With several chunks a node's row is read by every chunk it neighbours: its dropout
-        # masks are hashed once per unit and epoch, for the forward phase (ops.KeepMaskCache).
-        self.keep_masks = ops.KeepMaskCache(self.N) if len(chunks) > 1 else None
+        # masks are hashed once per unit and epoch, for the forward phase (ops.KeepMaskCache),
+        # where the chunks' source rows outnumber the nodes (the cost model assumes the same).
+        src_rows = sum(ch.block.num_src for ch in chunks)
+        self.keep_masks = ops.KeepMaskCache(self.N) if len(chunks) > 1 and src_rows > self.N else None
         self.gather_s = 0.0
         self.row0 = self.source.row0
         self.rows = self.source.rows if self.source.rows is not None else self.N
