@@ -263,8 +263,8 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
             # past the checkpoint the test waits for (tiny epochs take about 1 ms here).
             nap = job["epoch_sleep_s"]
 
-            def build_slow(cfg, comm_, graph, _build=build):
-                ex, plan = _build(cfg, comm_, graph)
+            def build_slow(cfg, comm_, graph, user=None, _build=build):
+                ex, plan = _build(cfg, comm_, graph, user)
                 inner = ex.train_epoch
 
                 def train_epoch(epoch):
@@ -278,8 +278,8 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
         if job.get("inject"):
             at_epoch, at_stage = job["inject"]
 
-            def build_with_hook(cfg, comm_, graph, _build=build):
-                ex, plan = _build(cfg, comm_, graph)
+            def build_with_hook(cfg, comm_, graph, user=None, _build=build):
+                ex, plan = _build(cfg, comm_, graph, user)
                 inner = ex.train_epoch
 
                 def train_epoch(epoch):
