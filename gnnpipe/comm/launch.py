@@ -242,6 +242,7 @@ def exit_process(rc: int) -> None:
             # After MPI_Finalize, leave through the C library's exit(): it runs the C-level
             # atexit handlers MPI registered (but not Python's teardown). Measured with
             # MPICH's hydra, 4 ranks doing only Barrier, Finalize, os._exit(0): 6 of 10 jobs
-            # were reported as "Killed (signal 9)"; with exit(0), 0 of 30.
+            # were reported as "Killed (signal 9)"; with exit(0), 0 of 30
+            # (scripts/mpi_exit_repro.sh).
             ctypes.CDLL(None).exit(rc)
     os._exit(rc)
