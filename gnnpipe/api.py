@@ -176,7 +176,8 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
     own = comm is None
     if own:
         kind = cfg.comm if cfg.comm != "auto" else ("mpi" if launch_info.launcher in ("mpich", "openmpi") else "torch")
-        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
+        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout, backend=cfg.comm_backend,
+                                 ranks_per_gpu=cfg.ranks_per_gpu)
     lock = None
     ok = False
     try:

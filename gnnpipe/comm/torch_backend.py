@@ -490,7 +490,16 @@ class TorchCommunicator(Communicator):
                                            [self.global_ranks[r] for r in g], self.stats,
                                            self.timeout_s, self.device, group=pg,
                                            is_world=False, census=self._census)
+                result._nccl_first_collective()
         return result
+
+    def _nccl_first_collective(self) -> None:
+        """NCCL builds a group's communicator lazily, at the group's first collective, and
+        needs every member there; a batched point-to-point exchange that a rank with nothing
+        to send skips would hang it. One barrier as the group's first call settles that
+        (Gloo needs nothing)."""
+        if self.device.type == "cuda":
+            self._barrier("control")
 
     def _close(self):
         if not dist.is_initialized():
@@ -532,6 +541,9 @@ def init_torch(launch: LaunchInfo, device: torch.device, timeout_s: float, init_
         )
     if device.type == "cuda":
         kwargs["device_id"] = device
+        # A failed or timed-out NCCL operation raises on the host (instead of hanging in a
+        # CUDA stream): the --timeout promise and the failure census then hold as with Gloo.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     try:
         dist.init_process_group(**kwargs)
     except (RuntimeError, ValueError) as e:
@@ -557,5 +569,7 @@ def init_torch(launch: LaunchInfo, device: torch.device, timeout_s: float, init_
                 census.learn_peers(timeout_s)
             except Exception as e:  # then the census reads the store when it is asked
                 log.debug("rank %d: census registrations not read (%s)", launch.rank, e)
-    return TorchCommunicator(launch.rank, launch.world_size, range(launch.world_size),
+    comm = TorchCommunicator(launch.rank, launch.world_size, range(launch.world_size),
                              CommStats(), timeout_s, device, census=census)
+    comm._nccl_first_collective()
+    return comm
