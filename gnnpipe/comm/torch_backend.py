@@ -1,5 +1,14 @@
 """Communicators over ``torch.distributed``: Gloo on CPU, NCCL on CUDA (the same code).
 
+The backend follows the communicator's device (:func:`gnnpipe.device.choose`): NCCL when it
+is a GPU, Gloo when it is the CPU, also for ranks computing on a GPU (their messages are
+copied through host memory, :meth:`Communicator._staged`). NCCL ignores tags and matches a
+pair's point-to-point messages in the order they were posted; gnnpipe's pipeline needs no
+more: between two neighbouring stages each direction carries one kind of message
+(activations forward, gradients backward), posted in the schedule's chunk order on both
+sides, and evaluation's messages follow the epoch's, whose sends are complete by then. A
+group's first NCCL call is a barrier (:meth:`TorchCommunicator._nccl_first_collective`).
+
 A peer that dies mid-operation makes Gloo report a closed connection; that becomes
 :class:`~gnnpipe.comm.base.PeerFailedError`. The peer a rank loses is not always the one that
 died, so every lost-peer or timeout error carries a *failure census* (:class:`_FailureCensus`)
