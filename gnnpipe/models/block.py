@@ -114,6 +114,31 @@ class Block:
         return cls(indptr, indices, n, deg, deg, gid, gid, torch.arange(n, device=dev), symmetric=symmetric)
 
     @classmethod
+    def from_edge_index(cls, edge_index: Any, num_nodes: int) -> "Block":
+        """Square block of a graph given as an ``edge_index`` [2, E] (PyG's layout, on any
+        device): symmetrised, self-loops and duplicate edges dropped, rows sorted, the layout
+        of :func:`gnnpipe.data.graph.symmetric_csr` (made with torch ops, on the edges' device).
+
+        Raises:
+            BlockError: not [2, E], or a node id outside ``[0, num_nodes)`` (the message names it).
+        """
+        ei = torch.as_tensor(edge_index).detach()
+        if ei.dim() != 2 or ei.shape[0] != 2:
+            raise BlockError(f"edge_index: expected shape [2, E], got {list(ei.shape)}")
+        n = int(num_nodes)
+        src, dst = ei[0].long(), ei[1].long()
+        if src.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n):
+            bad = int(ei.min()) if int(ei.min()) < 0 else int(ei.max())
+            raise BlockError(f"edge_index: node id {bad} outside [0, {n}) (the graph has {n} nodes)")
+        keep = src != dst
+        src, dst = torch.cat([src[keep], dst[keep]]), torch.cat([dst[keep], src[keep]])
+        key = torch.unique(dst * n + src)  # sorted by dst, then src; duplicates dropped
+        dst, src = key // n, key % n
+        indptr = torch.zeros(n + 1, dtype=torch.int64, device=key.device)
+        torch.cumsum(torch.bincount(dst, minlength=n), 0, out=indptr[1:])
+        return cls.full(indptr, src)
+
+    @classmethod
     def from_rows(cls, indptr: Any, indices: Any, dst: Any, degrees: Any = None) -> "Block":
         """Block for dst = ``dst`` nodes of a graph, src = the dst nodes then their remote neighbours.
 
