@@ -36,7 +36,7 @@ from torch import nn
 from gnnpipe._base import GnnpipeError
 from gnnpipe.comm import apply_threads, detect_launch, init_communicator
 from gnnpipe.config import TrainConfig
-from gnnpipe.data.graph import Graph, symmetric_csr
+from gnnpipe.data.graph import Graph
 from gnnpipe.export import save_model
 from gnnpipe.models import GNN, ModelConfig, RunCtx, build_model
 from gnnpipe.models.block import Block
@@ -80,11 +80,7 @@ class TrainedModel(nn.Module):
             epoch: keys the dropout masks in training mode (ignored in ``eval()`` mode).
         """
         n = int(x.shape[0])
-        ei = torch.as_tensor(edge_index).detach().cpu().numpy()
-        if ei.ndim != 2 or ei.shape[0] != 2:
-            raise GnnpipeError(f"edge_index: expected shape [2, E], got {list(ei.shape)}")
-        indptr, indices = symmetric_csr(ei[0].astype(np.int64), ei[1].astype(np.int64), n)
-        block = Block.full(torch.from_numpy(indptr), torch.from_numpy(indices))
+        block = Block.from_edge_index(edge_index, n)
         return self.gnn(block, x, RunCtx(training=self.training, epoch=epoch, seed=self.seed))
 
 
@@ -176,7 +172,8 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
     own = comm is None
     if own:
         kind = cfg.comm if cfg.comm != "auto" else ("mpi" if launch_info.launcher in ("mpich", "openmpi") else "torch")
-        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
+        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout, backend=cfg.comm_backend,
+                                 ranks_per_gpu=cfg.ranks_per_gpu)
     lock = None
     ok = False
     try:

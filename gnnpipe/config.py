@@ -96,7 +96,11 @@ class TrainConfig:
                    "quantise each row with a scale and offset, stochastic rounding keyed by seed (evaluation and the "
                    "weight all-reduce stay float32)", choices=WIRE_FORMATS)
     comm: str = _f("auto", "communicator: torch (Gloo/NCCL), mpi (mpi4py), auto (mpi under mpirun)", choices=("auto", "torch", "mpi"))
-    device: str = _f("cpu", "cpu or cuda", choices=("cpu", "cuda"))
+    device: str = _f("cpu", "cpu or cuda (each rank on GPU (local rank // ranks per GPU))", choices=("cpu", "cuda"))
+    comm_backend: str = _f("auto", "--device cuda with --comm torch: nccl (one rank per GPU), gloo (messages staged "
+                           "through host memory; ranks may share a GPU), auto (nccl when every rank of a host owns "
+                           "a GPU)", choices=("auto", "nccl", "gloo"))
+    ranks_per_gpu: int = _f(0, "--device cuda: ranks of a host sharing one GPU (0: ranks on the host / GPUs, rounded up)")
     threads: int = _f(0, "intra-op threads per rank (0: cores / ranks on this host)")
     timeout: float = _f(60.0, "seconds a rank waits on a peer before failing")
     out: str | None = _f(None, "run directory for config.json and metrics.jsonl; unset: ./runs/<mode>-<model>-<time> ($GNNPIPE_RUN_ROOT replaces ./runs)")
@@ -136,7 +140,7 @@ class TrainConfig:
         for name in ("layers", "hidden", "epochs", "eval_every", "ways", "synth_nodes", "synth_classes", "synth_features"):
             if getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
-        for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "checkpoint_every"):
+        for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "checkpoint_every", "ranks_per_gpu"):
             if getattr(self, name) < 0:
                 bad(name, getattr(self, name), "an integer >= 0")
         if self.history_dtype not in ("float32", "bfloat16"):

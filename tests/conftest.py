@@ -18,6 +18,19 @@ DATASETS = Path(os.environ.get("GNNPIPE_DATASETS", REPO.parent / "shared" / "dat
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` skip, with the reason, where torch sees no GPU (CI has none;
+    their CPU counterparts are tests/test_placement.py and tests/test_device.py)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU; torch {torch.__version__} sees none")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def raw_datasets() -> Path:
     """The folder of real raw datasets; skips when it does not exist at all."""

@@ -219,13 +219,18 @@ def test_accuracy_wire_rows_compare_with_the_same_configuration_in_float32(tmp_p
     res = (rows(base, [0.40, 0.42]) + rows(f"{base}+bfloat16", [0.41, 0.41]) + rows(f"{base}+int8", [0.39, 0.40])
            + rows(f"{base}+int4", [0.30, 0.31]) + rows("squirrel-gcnii32-graph+int8", [0.5]))
     line = {ln.split(" | ")[0].strip("| "): ln for ln in summarize(res).splitlines()[2:]}
-    assert "| 2 | 41.00 ± 0.00 | +0.00 vs float32 (within 0.2) | within 0.2 of" in line[f"{base}+bfloat16"]
-    assert "-1.50 vs float32 (outside 0.5) | within 0.5 of" in line[f"{base}+int8"]
-    assert "-10.50 vs float32 |" in line[f"{base}+int4"] and "reported (no target)" in line[f"{base}+int4"]
+    # paired by seed: (41-40, 41-42) has mean 0 and sd 1.41
+    assert "| 2 | 41.00 ± 0.00 | +0.00 ± 1.41 vs float32 on 2 seeds (within 0.2) | within 0.2 of" in line[f"{base}+bfloat16"]
+    assert "-1.50 ± 0.71 vs float32 on 2 seeds (outside 0.5) | within 0.5 of" in line[f"{base}+int8"]
+    assert "-10.50 ± 0.71 vs float32 on 2 seeds |" in line[f"{base}+int4"] and "reported (no target)" in line[f"{base}+int4"]
     assert "| 1 | 50.00 ± 0.00 |  |" in line["squirrel-gcnii32-graph+int8"]  # its float32 row was not run
     assert plot(res, tmp_path / "acc.png").stat().st_size > 0
     assert plot_wire(res, tmp_path / "wire.png").read_bytes()[:4] == b"\x89PNG"
     assert plot_wire(rows(base, [0.4]), tmp_path / "none.png") is None  # no lossy row: no plot
+    # a lossy row run on fewer seeds is compared with float32 on those seeds only
+    one = rows(base, [0.40, 0.50]) + rows(f"{base}+int4", [0.41])
+    line = {ln.split(" | ")[0].strip("| "): ln for ln in summarize(one).splitlines()[2:]}
+    assert "+1.00 vs float32 on 1 seed |" in line[f"{base}+int4"]
 
 
 # ----------------------------------------------------------------------------- load

@@ -244,6 +244,25 @@ def test_sweep_wire_cells_and_speed_up_over_float32_graph(tmp_path):
     assert BC.plot(rows, tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_score_planner_counts_first_choices_and_25_percent_cells():
+    common = {"model": "gcn", "wire": "float32", "compute_s": 1.0, "comm_s": 1.0, "bubble_s": 0.0}
+    rows = [
+        # 50mbit: pipeline fastest, the model agrees; 1 of 2 predictions within 25 %
+        dict(common, graph="g", rate="50mbit", rate_bps=50_000_000, mode="graph", epoch_s=4.0),
+        dict(common, graph="g", rate="50mbit", rate_bps=50_000_000, mode="pipeline", epoch_s=1.0),
+        # unshaped: graph fastest, the model picks the pipeline
+        dict(common, graph="g", rate="unshaped", rate_bps=None, mode="graph", epoch_s=1.0),
+        dict(common, graph="g", rate="unshaped", rate_bps=None, mode="pipeline", epoch_s=1.2),
+        dict(common, graph="g", rate="unshaped", rate_bps=None, mode="hybrid", error="failed"),
+    ]
+    pred = {("50mbit", "graph"): 2.0, ("50mbit", "pipeline"): 1.1, ("unshaped", "graph"): 1.1,
+            ("unshaped", "pipeline"): 0.5}
+    md, counts = BC.score_planner(rows, lambda r, bps: pred[(r["rate"], r["mode"])])
+    assert counts == {"groups": 2, "hits": 1, "cells": 4, "within_25": 2, "wins": {"graph": 1, "pipeline": 1}}
+    assert "in 1 of 2 groups" in md and "within 25 % of the measured in 2 of 4 cells" in md
+    assert "| g | gcn | unshaped | float32 | graph | pipeline | ✗ |" in md
+
+
 def test_cli_lists_cluster_and_needs_train_args(capsys):
     from gnnpipe.bench.cli import main
 

@@ -493,3 +493,22 @@ def test_keep_mask_cache_gives_keep_masks_masks_hashed_once_per_node():
     small = ops.KeepMaskCache(n, max_bytes=n * 13 - 1)  # one 100-wide stream does not fit
     assert small.get(gid, 100, 0.5, 3, 4, 5) is None and small.nbytes == 0
     assert torch.equal(ops.hashed_dropout(x, gid, 0.5, 3, 4, 5, masks=small), plain)
+
+
+def test_block_from_edge_index_equals_symmetric_csr_and_names_bad_ids():
+    from gnnpipe.data.graph import symmetric_csr
+    from gnnpipe.models.block import BlockError
+
+    rng = np.random.default_rng(3)
+    n = 50
+    ei = rng.integers(0, n, size=(2, 400))
+    ei[:, :20] = ei[0, :20]  # self-loops
+    ei = np.concatenate([ei, ei[:, :30], ei[::-1, 30:60]], axis=1)  # duplicates, both directions
+    b = Block.from_edge_index(torch.as_tensor(ei), n)
+    indptr, indices = symmetric_csr(ei[0], ei[1], n)
+    assert torch.equal(b.indptr, torch.as_tensor(indptr)) and torch.equal(b.indices, torch.as_tensor(indices))
+    assert b.symmetric
+    with pytest.raises(BlockError, match=r"edge_index: node id 50 outside \[0, 50\)"):
+        Block.from_edge_index(torch.tensor([[0, 50], [1, 2]]), n)
+    with pytest.raises(BlockError, match=r"expected shape \[2, E\], got \[3, 2\]"):
+        Block.from_edge_index(torch.zeros(3, 2, dtype=torch.long), n)

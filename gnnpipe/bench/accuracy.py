@@ -133,6 +133,18 @@ def _wire_target(base: str, wire: str) -> str:
     return "reported (no target)"
 
 
+def paired_diffs(results: list[dict], name: str, base: str) -> list[float]:
+    """Test accuracy of ``name`` minus ``base``'s (points), one per seed both ran: a lossy
+    wire row is compared with float32 on the same seeds only (seed-to-seed spread is as large
+    as the formats' effect)."""
+    acc = {}
+    for r in results:
+        if r.get("ok") and r["name"] in (name, base):
+            acc.setdefault(r["name"], {})[r["seed"]] = 100 * r["test_acc"]
+    a, b = acc.get(name, {}), acc.get(base, {})
+    return [a[s] - b[s] for s in sorted(set(a) & set(b))]
+
+
 def summarize(results: list[dict]) -> str:
     """The markdown table: mean ± sd (sample sd over seeds) of the test accuracy per
     configuration, and for pipeline and hybrid rows the difference of their mean from the
@@ -168,11 +180,13 @@ def summarize(results: list[dict]) -> str:
             tgt += f" — for {full} epochs; this run had {min(ran)}, not a test of the target"
         delta = ""
         if wire != "float32":
-            if base in means:
-                d = means[name] - means[base]
+            diffs = paired_diffs(results, name, base)
+            if diffs:
+                d = statistics.mean(diffs)
                 lim = WIRE_WITHIN.get(wire)
                 verdict = "" if lim is None else (" (within" if abs(d) <= lim else " (outside") + f" {lim})"
-                delta = f"{d:+.2f} vs float32{verdict}"
+                spread = f" ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else ""
+                delta = f"{d:+.2f}{spread} vs float32 on {len(diffs)} seed{'s' if len(diffs) > 1 else ''}{verdict}"
         elif mode != "graph" and f"{key}-graph" in means:
             d = means[name] - means[f"{key}-graph"]
             verdict = "within" if abs(d) <= WITHIN else ("below by more than" if d < 0 else "above by more than")
@@ -247,29 +261,35 @@ WIRE_COLORS = {"bfloat16": "#56B4E9", "int8": "#E69F00", "int4": "#CC79A7"}
 
 def plot_wire(results: list[dict], path: Path) -> Path | None:
     """Each lossy wire format's test accuracy minus the same configuration's in float32
-    (mean over the seeds both have), one group of bars per configuration, with issue 20's
-    bounds (bfloat16 ±0.2, int8 ±0.5 points) as bands. None when no configuration has a
-    lossy row and its float32 row.
+    (:func:`paired_diffs`: mean over the seeds both ran, ± their sd, a dot per seed), one
+    group of bars per configuration, with issue 20's bounds (bfloat16 ±0.2, int8 ±0.5
+    points) as bands. None when no configuration has a lossy row and its float32 row.
 
     Returns:
         ``path``, or None.
     """
     from matplotlib.patches import Patch
 
-    mean: dict[str, float] = {}
-    for name in {r["name"] for r in results if r.get("ok")}:
-        mean[name] = statistics.mean(100 * r["test_acc"] for r in results if r.get("ok") and r["name"] == name)
-    bases = [n for n in CONFIGS if n in mean and any(variant(n, w) in mean for w in WIRE_ORDER)]
+    diff: dict[tuple[str, str], list[float]] = {}
+    for n in CONFIGS:
+        for w in WIRE_ORDER:
+            d = paired_diffs(results, variant(n, w), n)
+            if d:
+                diff[(n, w)] = d
+    bases = [n for n in CONFIGS if any((n, w) in diff for w in WIRE_ORDER)]
     if not bases:
         return None
-    wires = [w for w in WIRE_ORDER if any(variant(n, w) in mean for n in bases)]
+    wires = [w for w in WIRE_ORDER if any((n, w) in diff for n in bases)]
     plt = C.pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(bases) + 1.5), 3.6), layout="constrained")
     width = 0.8 / len(wires)
     for i, w in enumerate(wires):
-        xs = [x + (i - (len(wires) - 1) / 2) * width for x, n in enumerate(bases) if variant(n, w) in mean]
-        ys = [mean[variant(n, w)] - mean[n] for n in bases if variant(n, w) in mean]
-        ax.bar(xs, ys, width * 0.9, color=WIRE_COLORS[w])
+        have = [(x, diff[(n, w)]) for x, n in enumerate(bases) if (n, w) in diff]
+        xs = [x + (i - (len(wires) - 1) / 2) * width for x, _ in have]
+        ax.bar(xs, [statistics.mean(d) for _, d in have], width * 0.9, color=WIRE_COLORS[w],
+               yerr=[statistics.stdev(d) if len(d) > 1 else 0.0 for _, d in have], capsize=2, ecolor="0.35")
+        for x, (_, d) in zip(xs, have):  # one dot per seed
+            ax.plot([x] * len(d), d, "o", color="black", ms=2.5)
     for w, lim in WIRE_WITHIN.items():
         if w in wires:
             ax.axhspan(-lim, lim, color=WIRE_COLORS[w], alpha=0.12, lw=0)

@@ -21,7 +21,9 @@ Outputs go under ``--out`` (default ``results/cluster/``): a job to ``run-<time>
 (``gnnpipe-train``'s run directory plus ``rank<r>.log`` and ``cell.json``); a sweep to
 ``sweep-<time>/``: ``rows.jsonl`` (one row per cell, appended as each finishes, so an
 interrupted sweep keeps what it measured), ``results.csv``/``results.json``/``summary.md``,
-``epoch_vs_rate.png`` and ``runs/<cell>/``.
+``epoch_vs_rate.png``, ``planner.md`` (:func:`score_planner`: the cost model's first choice
+per group against the measured fastest, predicted against measured epochs) and
+``runs/<cell>/``.
 
 Per cell: the median epoch time over the epochs after the first, the medians of
 ``compute_s``, ``comm_s`` and ``bubble_s`` (``metrics.jsonl``: the maximum over ranks; the
@@ -339,7 +341,49 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
     C.write_results(d, rows, md, {"hosts": hosts, "ranks_per_host": ranks_per_host, "delay": delay,
                                   "epochs": epochs, "launcher": launcher})
     plot(rows, d / "epoch_vs_rate.png", predict=predict)
+    if predict is not None:
+        (d / "planner.md").write_text(score_planner(rows, predict)[0] + "\n")
     return rows, d
+
+
+def score_planner(rows: Sequence[Mapping[str, Any]], predict: PredictFn) -> tuple[str, dict]:
+    """How the cost model did on a sweep: per (graph, model, link, wire) group, the mode the
+    model ranks first among the group's measured cells against the measured fastest; per
+    cell, the predicted epoch against the measured one.
+
+    Returns:
+        (a markdown section: the groups' table and the counts, ``counts``: ``groups``,
+        ``hits``, ``cells``, ``within_25``, and ``wins`` by measured fastest mode).
+    """
+    groups: dict[tuple, list] = {}
+    cells = within = 0
+    for r in rows:
+        if "error" in r:
+            continue
+        pred = predict(r, r.get("rate_bps"))
+        if pred is None:
+            continue
+        cells += 1
+        within += abs(pred / r["epoch_s"] - 1.0) <= 0.25
+        key = (r.get("graph"), r.get("model"), r["rate"], r.get("wire", "float32"))
+        groups.setdefault(key, []).append((r.get("mode"), r["epoch_s"], pred))
+    table, hits, wins = [], 0, {}
+    for (graph, model, rate, wire), cs in groups.items():
+        if len(cs) < 2:
+            continue
+        fastest = min(cs, key=lambda c: c[1])[0]
+        chosen = min(cs, key=lambda c: c[2])[0]
+        hits += fastest == chosen
+        wins[fastest] = wins.get(fastest, 0) + 1
+        table.append([graph, model, rate, wire, fastest, chosen, "✓" if fastest == chosen else "✗",
+                      "  ".join(f"{m} {t:.2f}/{p_:.2f}" for m, t, p_ in cs)])
+    counts = {"groups": len(table), "hits": hits, "cells": cells, "within_25": within, "wins": wins}
+    md = C.md_table(["graph", "model", "link", "wire", "measured fastest", "model's first", "", "mode measured/predicted s"],
+                    table)
+    md += (f"\n\nThe model's first choice is the measured fastest in {hits} of {len(table)} groups; "
+           f"predicted epochs are within 25 % of the measured in {within} of {cells} cells. "
+           f"Measured fastest: " + ", ".join(f"{m} in {n}" for m, n in sorted(wins.items())) + ".")
+    return md, counts
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -454,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cleanup", action="store_true",
                     help="remove leftover namespaces of dead runs (with --all: of every run) and exit")
     ap.add_argument("--all", action="store_true", help="--cleanup: also clusters of processes still running")
-    ap.add_argument("--plot", type=Path, default=None, help="redraw a sweep's plot from its rows.jsonl and exit")
+    ap.add_argument("--plot", type=Path, default=None,
+                    help="redraw a sweep's plot from its rows.jsonl, score the cost model on it (planner.md) and exit")
     ap.add_argument("--profile", default="cpu-this-machine",
                     help="sweep and --plot: the cost model's profile for the predicted lines (default cpu-this-machine)")
     ap.add_argument("--no-predict", action="store_true", help="sweep and --plot: measured points only")
@@ -487,8 +532,12 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
         return 0
     if args.plot is not None:
         rows = [json.loads(line) for line in args.plot.read_text().splitlines() if line.strip()]
-        print(plot(rows, args.plot.parent / "epoch_vs_rate.png",
-                   predict=None if args.no_predict else make_predictor(args.profile)))
+        predictor = None if args.no_predict else make_predictor(args.profile)
+        print(plot(rows, args.plot.parent / "epoch_vs_rate.png", predict=predictor))
+        if predictor is not None:  # and how the cost model ranked the measured cells
+            md = score_planner(rows, predictor)[0]
+            (args.plot.parent / "planner.md").write_text(md + "\n")
+            print(md)
         return 0
     if args.sweep:
         rows, d = sweep(args.out or Path("results/cluster"), _split(args.rates), _split(args.modes),

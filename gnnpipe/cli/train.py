@@ -63,14 +63,6 @@ def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfi
         raise GnnpipeError(f"{where}/COMMIT.json config: {e}") from None
 
 
-def _check_device(device: str) -> None:
-    """Refuse ``--device cuda`` where torch has no CUDA device (before any rank uses it)."""
-    if device == "cuda" and not torch.cuda.is_available():
-        built = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
-        raise GnnpipeError(f"config field 'device' = 'cuda': no CUDA device available (torch {torch.__version__}, "
-                           f"{built}); use --device cpu")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``gnnpipe-train``: see the module docstring."""
     quiet_known_warnings()
@@ -101,12 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cfg, resume_run = config_for_resume(args, cfg)
             except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
                 raise SetupError(str(e)) from e
-        _check_device(cfg.device)
         apply_threads(cfg.threads, launch)  # --threads, else the user's OMP_NUM_THREADS, else a share of the cores
         kind = cfg.comm
         if kind == "auto":
             kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
-        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout)
+        # (refuses --device cuda without a GPU, and NCCL with two ranks on one GPU, before any collective)
+        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout, backend=cfg.comm_backend,
+                                 ranks_per_gpu=cfg.ranks_per_gpu)
         # The trainer (and with it PyG, seconds of imports) is loaded only now, so that bad
         # input and a failed rendezvous are reported without waiting for it.
         from gnnpipe.export import save_model

@@ -231,6 +231,10 @@ class Communicator(ABC):
         self.stats = stats
         self.timeout_s = float(timeout_s)
         self.device = torch.device(device)
+        # Where the rank computes (init_communicator sets it; the executor builder reads it):
+        # the same device with NCCL, a GPU beside a host communicator when messages are
+        # staged through the host (gnnpipe.device.choose).
+        self.compute_device = self.device
         self._closed = False
         # Sends to self in a world of one rank queue here for the matching receive.
         self._mailbox: defaultdict[int, deque[torch.Tensor]] = defaultdict(deque)

@@ -22,6 +22,7 @@ from gnnpipe.comm.base import CommError, CommUsageError, Communicator
 from gnnpipe.comm.launch_info import LaunchInfo
 from gnnpipe.comm.local import SingleProcessCommunicator
 from gnnpipe.comm.torch_backend import init_torch, kill_stopped_peers
+from gnnpipe.device import choose
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,8 @@ _TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
                       timeout_s: float = 60.0, init_method: str | None = None,
-                      env: Mapping[str, str] | None = None) -> Communicator:
+                      env: Mapping[str, str] | None = None, *, backend: str = "auto",
+                      ranks_per_gpu: int = 0) -> Communicator:
     """Builds the world communicator for this process.
 
     Rendezvous for ``kind="torch"`` (first that applies): ``init_method`` if given
@@ -169,7 +171,13 @@ def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
 
     Args:
         kind: ``"torch"``, ``"mpi"`` or ``"single"`` (one process, all ops local).
-        device: ``"cpu"`` (Gloo) or ``"cuda"`` (NCCL; this rank uses GPU ``local_rank``).
+        device: ``"cpu"`` or ``"cuda"``: where the rank computes. With CUDA the rank's GPU and
+            the backend come from :func:`gnnpipe.device.choose` (NCCL when each rank of the
+            host owns a GPU, else Gloo with messages staged through host memory); the
+            communicator's ``compute_device`` names the GPU.
+        backend: ``"auto"``, ``"nccl"`` or ``"gloo"`` (torch communicator).
+        ranks_per_gpu: ranks of a host sharing one GPU (0: from the local rank count and
+            the number of GPUs).
         timeout_s: seconds any operation may block before :class:`CommTimeoutError`.
         init_method: torch rendezvous URL, overriding the environment.
         env: environment to read; ``os.environ`` by default.
@@ -186,27 +194,31 @@ def init_communicator(kind: str = "torch", device: str | torch.device = "cpu",
     device = torch.device(device)
     if device.type not in ("cpu", "cuda"):
         raise CommUsageError(f"device must be cpu or cuda, got {device}")
+    if kind not in ("torch", "mpi", "single"):
+        raise CommUsageError(f"communicator kind must be 'torch', 'mpi' or 'single', "
+                             f"got {kind!r}")
     launch = detect_launch(env)
+    if kind == "single" and launch.world_size != 1:
+        raise CommError(f"the single-process communicator was asked for, but "
+                        f"{launch.launcher} started {launch.world_size} ranks; use "
+                        "--comm torch or --comm mpi")
+    # before any collective: a refused placement (two ranks on one GPU with NCCL) fails here
+    choice = choose(device.type, kind, launch.local_rank, launch.local_world_size, backend=backend,
+                    ranks_per_gpu=ranks_per_gpu)
+    if choice.compute.type == "cuda":
+        torch.cuda.set_device(choice.compute)
     if kind == "single":
-        if launch.world_size != 1:
-            raise CommError(f"the single-process communicator was asked for, but "
-                            f"{launch.launcher} started {launch.world_size} ranks; use "
-                            "--comm torch or --comm mpi")
-        return SingleProcessCommunicator(timeout_s, device)
-    if device.type == "cuda":
-        device = torch.device("cuda", launch.local_rank % max(1, torch.cuda.device_count()))
-        torch.cuda.set_device(device)
-    if kind == "mpi":
+        comm: Communicator = SingleProcessCommunicator(timeout_s, choice.comm)
+    elif kind == "mpi":
         # Imported only when asked for: importing mpi4py.MPI initialises MPI, and MPI is an
         # optional piece on machines that run only torch ranks.
         from gnnpipe.comm.mpi_backend import init_mpi
 
-        return init_mpi(launch, device, timeout_s)
-    if kind != "torch":
-        raise CommUsageError(f"communicator kind must be 'torch', 'mpi' or 'single', "
-                             f"got {kind!r}")
-
-    return init_torch(launch, device, timeout_s, init_method, env)
+        comm = init_mpi(launch, choice.comm, timeout_s)
+    else:
+        comm = init_torch(launch, choice.comm, timeout_s, init_method, env)
+    comm.compute_device = choice.compute
+    return comm
 
 
 def exit_process(rc: int) -> None:

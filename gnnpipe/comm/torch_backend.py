@@ -1,5 +1,14 @@
 """Communicators over ``torch.distributed``: Gloo on CPU, NCCL on CUDA (the same code).
 
+The backend follows the communicator's device (:func:`gnnpipe.device.choose`): NCCL when it
+is a GPU, Gloo when it is the CPU, also for ranks computing on a GPU (their messages are
+copied through host memory, :meth:`Communicator._staged`). NCCL ignores tags and matches a
+pair's point-to-point messages in the order they were posted; gnnpipe's pipeline needs no
+more: between two neighbouring stages each direction carries one kind of message
+(activations forward, gradients backward), posted in the schedule's chunk order on both
+sides, and evaluation's messages follow the epoch's, whose sends are complete by then. A
+group's first NCCL call is a barrier (:meth:`TorchCommunicator._nccl_first_collective`).
+
 A peer that dies mid-operation makes Gloo report a closed connection; that becomes
 :class:`~gnnpipe.comm.base.PeerFailedError`. The peer a rank loses is not always the one that
 died, so every lost-peer or timeout error carries a *failure census* (:class:`_FailureCensus`)
@@ -490,7 +499,16 @@ class TorchCommunicator(Communicator):
                                            [self.global_ranks[r] for r in g], self.stats,
                                            self.timeout_s, self.device, group=pg,
                                            is_world=False, census=self._census)
+                result._nccl_first_collective()
         return result
+
+    def _nccl_first_collective(self) -> None:
+        """NCCL builds a group's communicator lazily, at the group's first collective, and
+        needs every member there; a batched point-to-point exchange that a rank with nothing
+        to send skips would hang it. One barrier as the group's first call settles that
+        (Gloo needs nothing)."""
+        if self.device.type == "cuda":
+            self._barrier("control")
 
     def _close(self):
         if not dist.is_initialized():
@@ -532,6 +550,9 @@ def init_torch(launch: LaunchInfo, device: torch.device, timeout_s: float, init_
         )
     if device.type == "cuda":
         kwargs["device_id"] = device
+        # A failed or timed-out NCCL operation raises on the host (instead of hanging in a
+        # CUDA stream): the --timeout promise and the failure census then hold as with Gloo.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     try:
         dist.init_process_group(**kwargs)
     except (RuntimeError, ValueError) as e:
@@ -557,5 +578,7 @@ def init_torch(launch: LaunchInfo, device: torch.device, timeout_s: float, init_
                 census.learn_peers(timeout_s)
             except Exception as e:  # then the census reads the store when it is asked
                 log.debug("rank %d: census registrations not read (%s)", launch.rank, e)
-    return TorchCommunicator(launch.rank, launch.world_size, range(launch.world_size),
+    comm = TorchCommunicator(launch.rank, launch.world_size, range(launch.world_size),
                              CommStats(), timeout_s, device, census=census)
+    comm._nccl_first_collective()
+    return comm

@@ -239,6 +239,17 @@ def loss_fn(logits: Tensor, labels: Tensor, mask_or_idx: Tensor, multilabel: boo
     Returns:
         scalar tensor.
     """
+    if logits.device.type != "cpu" and mask_or_idx.dtype == torch.bool and normalizer is not None:
+        # On an accelerator, boolean selection waits for the device (the selected count sets
+        # the shape): weigh every row by its mask instead (the same sum; on the CPU the
+        # selection is kept, so CPU runs add in the order the oracles were written for).
+        w = mask_or_idx.to(logits.dtype)
+        if multilabel:
+            per = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype),
+                                                                 reduction="none").mean(1)
+        else:
+            per = nn.functional.cross_entropy(logits, labels, reduction="none")
+        return (per * w).sum() / float(normalizer)
     lg, y = _select(logits, mask_or_idx), _select(labels, mask_or_idx)
     if multilabel:
         per = nn.functional.binary_cross_entropy_with_logits(lg, y.to(lg.dtype), reduction="none").mean(1)
@@ -249,14 +260,29 @@ def loss_fn(logits: Tensor, labels: Tensor, mask_or_idx: Tensor, multilabel: boo
     return total / n
 
 
-def accuracy_counts(logits: Tensor, labels: Tensor, mask: Tensor, multilabel: bool = False) -> tuple[int, int]:
+def accuracy_counts(logits: Tensor, labels: Tensor, mask: Tensor, multilabel: bool = False,
+                    as_tensor: bool = False):
     """(correct, total) over the selected nodes.
 
     Single-label: argmax equals the class id, total = selected nodes. Multi-label: each
     (node, label) entry with ``logit > 0`` equal to the target counts, total = nodes × labels.
+    With ``as_tensor`` an int64 tensor [2] on the logits' device (no host synchronisation:
+    executors sum these over an epoch's chunks and read the sum once).
     """
-    lg, y = _select(logits, mask), _select(labels, mask)
     with torch.no_grad():
-        if multilabel:
-            return int(((lg > 0) == (y > 0.5)).sum()), int(y.numel())
-        return int((lg.argmax(1) == y).sum()), int(y.shape[0])
+        if mask.dtype == torch.bool:  # counted under the mask: no selection, no host sync
+            if multilabel:
+                hit = ((logits > 0) == (labels > 0.5)) & mask.unsqueeze(1)
+                total = mask.sum() * labels.shape[1]
+            else:
+                hit = (logits.argmax(1) == labels) & mask
+                total = mask.sum()
+            correct = hit.sum()
+        else:
+            lg, y = _select(logits, mask), _select(labels, mask)
+            hit = ((lg > 0) == (y > 0.5)) if multilabel else (lg.argmax(1) == y)
+            correct = hit.sum()
+            total = torch.tensor(y.numel() if multilabel else y.shape[0], device=correct.device)
+    if as_tensor:
+        return torch.stack([correct.to(torch.int64), total.to(torch.int64)])
+    return int(correct), int(total)

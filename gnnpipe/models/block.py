@@ -105,12 +105,38 @@ class Block:
         indices = _t(indices, torch.int64)
         n = indptr.numel() - 1
         deg = (indptr[1:] - indptr[:-1]).to(torch.float32) if degrees is None else _t(degrees, torch.float32)
-        gid = torch.arange(n) if gid is None else _t(gid, torch.int64)
-        rows = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
+        dev = indptr.device
+        gid = torch.arange(n, device=dev) if gid is None else _t(gid, torch.int64)
+        rows = torch.repeat_interleave(torch.arange(n, device=dev), indptr[1:] - indptr[:-1])
         key = rows * n + indices
         tkey = torch.sort(indices * n + rows).values
         symmetric = bool(torch.equal(torch.sort(key).values, tkey))
-        return cls(indptr, indices, n, deg, deg, gid, gid, torch.arange(n), symmetric=symmetric)
+        return cls(indptr, indices, n, deg, deg, gid, gid, torch.arange(n, device=dev), symmetric=symmetric)
+
+    @classmethod
+    def from_edge_index(cls, edge_index: Any, num_nodes: int) -> "Block":
+        """Square block of a graph given as an ``edge_index`` [2, E] (PyG's layout, on any
+        device): symmetrised, self-loops and duplicate edges dropped, rows sorted, the layout
+        of :func:`gnnpipe.data.graph.symmetric_csr` (made with torch ops, on the edges' device).
+
+        Raises:
+            BlockError: not [2, E], or a node id outside ``[0, num_nodes)`` (the message names it).
+        """
+        ei = torch.as_tensor(edge_index).detach()
+        if ei.dim() != 2 or ei.shape[0] != 2:
+            raise BlockError(f"edge_index: expected shape [2, E], got {list(ei.shape)}")
+        n = int(num_nodes)
+        src, dst = ei[0].long(), ei[1].long()
+        if src.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n):
+            bad = int(ei.min()) if int(ei.min()) < 0 else int(ei.max())
+            raise BlockError(f"edge_index: node id {bad} outside [0, {n}) (the graph has {n} nodes)")
+        keep = src != dst
+        src, dst = torch.cat([src[keep], dst[keep]]), torch.cat([dst[keep], src[keep]])
+        key = torch.unique(dst * n + src)  # sorted by dst, then src; duplicates dropped
+        dst, src = key // n, key % n
+        indptr = torch.zeros(n + 1, dtype=torch.int64, device=key.device)
+        torch.cumsum(torch.bincount(dst, minlength=n), 0, out=indptr[1:])
+        return cls.full(indptr, src)
 
     @classmethod
     def from_rows(cls, indptr: Any, indices: Any, dst: Any, degrees: Any = None) -> "Block":
@@ -145,6 +171,20 @@ class Block:
         return cls(bptr, pos[nbr], src_gid.size, deg[src_gid], deg[dst], dst, src_gid,
                    np.arange(dst.size))
 
+    def to(self, device: torch.device | str) -> "Block":
+        """This block on ``device`` (itself when it is there already). Derived matrices are
+        not carried over: they are rebuilt on the device at first use."""
+        device = torch.device(device)
+        if self.indptr.device == device:
+            return self
+        names = ("indptr", "indices", "src_deg", "dst_deg", "dst_gid", "src_gid", "dst_in_src")
+        return Block(**{n: getattr(self, n).to(device) for n in names}, num_src=self.num_src,
+                     symmetric=self.symmetric)
+
+    @property
+    def device(self) -> torch.device:
+        return self.indptr.device
+
     # ------------------------------------------------------------------ shape facts
     @property
     def num_dst(self) -> int:
@@ -168,7 +208,7 @@ class Block:
     def rows(self) -> Tensor:
         """int64 [nnz] the dst row of each CSR entry."""
         return self._cached("rows", lambda: torch.repeat_interleave(
-            torch.arange(self.num_dst), self.indptr[1:] - self.indptr[:-1]))
+            torch.arange(self.num_dst, device=self.device), self.indptr[1:] - self.indptr[:-1]))
 
     def transpose_pattern(self) -> tuple[Tensor, Tensor, Tensor]:
         """(tcrow int64 [num_src+1], tcol int64 [nnz], perm int64 [nnz]) of the transposed CSR.
@@ -177,7 +217,7 @@ class Block:
         """
         def make():
             perm = torch.argsort(self.indices, stable=True)
-            tcrow = torch.zeros(self.num_src + 1, dtype=torch.int64)
+            tcrow = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.device)
             torch.cumsum(torch.bincount(self.indices, minlength=self.num_src), 0, out=tcrow[1:])
             return tcrow, self.rows()[perm], perm
         return self._cached("tpattern", make)
@@ -233,17 +273,18 @@ class Block:
         def make():
             nd = self.num_dst
             counts = self.indptr[1:] - self.indptr[:-1] + 1
-            crow = torch.zeros(nd + 1, dtype=torch.int64)
+            dev = self.device
+            crow = torch.zeros(nd + 1, dtype=torch.int64, device=dev)
             torch.cumsum(counts, 0, out=crow[1:])
-            col = torch.empty(int(crow[-1]), dtype=torch.int64)
+            col = torch.empty(self.nnz + nd, dtype=torch.int64, device=dev)
             self_pos = crow[1:] - 1
-            is_self = torch.zeros(col.numel(), dtype=torch.bool)
+            is_self = torch.zeros(col.numel(), dtype=torch.bool, device=dev)
             is_self[self_pos] = True
             col[is_self] = self.dst_in_src
             col[~is_self] = self.indices
-            rows = torch.repeat_interleave(torch.arange(nd), counts)
+            rows = torch.repeat_interleave(torch.arange(nd, device=dev), counts)
             perm = torch.argsort(col, stable=True)
-            tcrow = torch.zeros(self.num_src + 1, dtype=torch.int64)
+            tcrow = torch.zeros(self.num_src + 1, dtype=torch.int64, device=dev)
             torch.cumsum(torch.bincount(col, minlength=self.num_src), 0, out=tcrow[1:])
             return crow, col, rows, tcrow, rows[perm], perm
         return self._cached("sl_pattern", make)
@@ -261,7 +302,7 @@ class Block:
     def dst_is_prefix(self) -> bool:
         """Whether the dst nodes are the first ``num_dst`` src rows in order
         (``dst_in_src == arange(num_dst)``), as in every block the executors build."""
-        return self._cached("dst_prefix", lambda: bool(torch.equal(self.dst_in_src, torch.arange(self.num_dst))))
+        return self._cached("dst_prefix", lambda: bool(torch.equal(self.dst_in_src, torch.arange(self.num_dst, device=self.device))))
 
     def dgl_square(self):
         """A cached ``dgl.graph`` over the src rows with the block's edges
@@ -286,7 +327,7 @@ class Block:
             src, dst = self.indices, self.rows()
             if self_loops:
                 src = torch.cat([src, self.dst_in_src])
-                dst = torch.cat([dst, torch.arange(self.num_dst)])
+                dst = torch.cat([dst, torch.arange(self.num_dst, device=self.device)])
             return dgl.create_block((src, dst), num_src_nodes=self.num_src, num_dst_nodes=self.num_dst)
         return self._cached(f"dgl_{self_loops}", make)
 
@@ -302,9 +343,9 @@ class Block:
         if ent is None or ent[0] != key:
             crow = x.crow_indices()
             n, f = x.shape
-            rows = torch.repeat_interleave(torch.arange(n), crow[1:] - crow[:-1])
+            rows = torch.repeat_interleave(torch.arange(n, device=col.device), crow[1:] - crow[:-1])
             perm = torch.argsort(col, stable=True)
-            tcrow = torch.zeros(f + 1, dtype=torch.int64)
+            tcrow = torch.zeros(f + 1, dtype=torch.int64, device=col.device)
             torch.cumsum(torch.bincount(col, minlength=f), 0, out=tcrow[1:])
             # Keep ``col`` referenced so its memory (and data_ptr) cannot be reused while cached.
             ent = (key, col, tcrow, rows[perm], perm)

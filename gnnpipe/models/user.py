@@ -355,7 +355,7 @@ class UserChain(nn.ModuleList):
                 gnnpipe's Graph holds a graph (and as it was trained).
             epoch: keys the dropout masks in training mode.
         """
-        block = _block_of_edges(edge_index, int(x.shape[0]))
+        block = Block.from_edge_index(edge_index, int(x.shape[0]))
         return self.run(block, x, RunCtx(training=self.training, epoch=epoch, seed=self.seed))
 
     # ------------------------------------------------------------------ set-up
@@ -460,16 +460,3 @@ class UserGNN(GNN):
             out.append(c + num_nodes)
         return out
 
-
-def _block_of_edges(edge_index: Tensor, n: int) -> Block:
-    ei = torch.as_tensor(edge_index).detach().cpu()
-    if ei.dim() != 2 or ei.shape[0] != 2:
-        raise GnnpipeError(f"edge_index: expected shape [2, E], got {list(ei.shape)}")
-    src, dst = ei[0].long(), ei[1].long()
-    keep = src != dst
-    src, dst = torch.cat([src[keep], dst[keep]]), torch.cat([dst[keep], src[keep]])
-    key = torch.unique(dst * n + src)  # sorted by dst, then src; duplicates dropped
-    dst, src = key // n, key % n
-    indptr = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(dst, minlength=n), 0, out=indptr[1:])
-    return Block.full(indptr, src)

@@ -76,7 +76,9 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         opts: staleness options (pipeline and hybrid).
         optimizer: builds this rank's optimizer over the parameters it owns.
         history_dtype: storage dtype name of the pipeline's history buffers.
-        device: where graph mode puts the features.
+        device: where this rank computes: the model, the blocks, features, labels, masks,
+            history and every buffer are put there (:mod:`gnnpipe.device`); the communicator
+            may live elsewhere (Gloo and MPI stage a GPU's messages through the host).
         wire: the wire format of every training message that carries embeddings or their
             gradients (halos, chunk activations, rows between ways); evaluation and the
             weight all-reduce stay float32. The trainer's config refuses ``--exact`` with a
@@ -95,10 +97,11 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         raise GnnpipeError(f"internal: a plan of {plan.num_parts} parts for {dims.label()}")
     check_layout(dims, mcfg)
     num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
+    device = torch.device(device)
     if dims.mode == "graph":
         return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model)
     return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire,
-                           model)
+                           model, device)
 
 
 def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model) -> GraphParallelExecutor:
@@ -107,13 +110,14 @@ def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wi
     halo_x = gather_feature_rows(graph.features, halo_rows)
     if model is None:
         model = build_model(mcfg, seed=seed)
+    model.to(device)  # before the optimizer is built over its parameters
     opt = optimizer(list(model.parameters()))
     return GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=seed,
                                  multilabel=graph.multilabel, device=device, wire=wire)
 
 
 def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,
-                    wire, model) -> PipelineExecutor:
+                    wire, model, device) -> PipelineExecutor:
     """Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's
     parts) of ``S`` stages, ``rank = way·S + stage``."""
     D, S, C = dims.ways, dims.stages, dims.chunks
@@ -142,19 +146,23 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     deg = rg.degrees().astype(np.float32)
     chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm,
                               only=range(way * C, (way + 1) * C))
-    chunks = chunks_all[way * C : (way + 1) * C]
+    chunks = [ch.to(device) for ch in chunks_all[way * C : (way + 1) * C]]
     pipe, cross = build_groups(comm, dims)
     # the stage's neighbour rows: its own history, or the other ways' through the link
-    source = build_way_link(cross, plan, chunks_all, way, C, opts.exact, wire) if D > 1 else LocalHistory(chunks)
+    source = (build_way_link(cross, plan, chunks_all, way, C, opts.exact, wire, device) if D > 1
+              else LocalHistory(chunks))
     is_last = s_idx == S - 1
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
     out_keys = carry_keys_after(units, b) if not is_last else ()
     in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
-    x, x_rows = first_stage_features(features, plan, chunks, whole=D == 1) if a == 0 else (None, None)
+    host_chunks = chunks_all[way * C : (way + 1) * C]  # (the ids, read on the host)
+    x, x_rows = first_stage_features(features, plan, host_chunks, whole=D == 1) if a == 0 else (None, None)
     stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
                           rg.labels, None, masks, num_train, is_last, opts, seed,
                           multilabel=graph.multilabel, carry_out_keys=out_keys, source=source,
-                          hist_dtype=getattr(torch, history_dtype), x_rows=x_rows)
+                          hist_dtype=getattr(torch, history_dtype), x_rows=x_rows, device=device)
+    for u in units[a:b]:
+        u.to(device)  # (before the optimizer is built over the parameters)
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = optimizer(params) if params else _NoOpt()
     ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, seed,

@@ -87,12 +87,14 @@ class Executor(ABC):
 
     Attributes:
         dims: the parallel layout the executor runs.
+        device: where this rank computes (every tensor the executor makes lives there).
         output_hook: called with every output this rank computes in a training forward
             (graph mode: the local logits; a pipeline stage: each chunk's output rows), or
             None. It must not modify the tensor.
     """
 
     dims: ParallelDims
+    device: torch.device = torch.device("cpu")
     output_hook: OutputHook | None = None
 
     @abstractmethod
@@ -148,10 +150,8 @@ def allreduce_grads(params: Sequence[torch.nn.Parameter], comm) -> None:
 
 def split_counts(logits: torch.Tensor, labels: torch.Tensor, masks: dict, multilabel: bool) -> list[int]:
     """``[correct, total]`` for each of :data:`SPLITS`, flattened (6 numbers)."""
-    out: list[int] = []
-    for split in SPLITS:
-        out.extend(accuracy_counts(logits, labels, masks[split], multilabel=multilabel))
-    return out
+    counts = [accuracy_counts(logits, labels, masks[split], multilabel=multilabel, as_tensor=True) for split in SPLITS]
+    return torch.cat(counts).tolist()  # one read of the device
 
 
 def reduce_accuracies(counts: Sequence[float], comm) -> dict:

@@ -52,6 +52,9 @@ class GraphParallelExecutor(Executor):
         num_train_global: number of training nodes in the whole graph (loss normaliser).
         seed: dropout seed.
         multilabel: BCE instead of cross-entropy.
+        device: where this rank computes: the block, features, labels, masks and halo lists
+            are put there (the model is the caller's to place, as its optimizer is built
+            over its parameters).
         wire: the wire format of the training halos (forward rows and their gradients).
     """
 
@@ -75,7 +78,7 @@ class GraphParallelExecutor(Executor):
         gid_local = np.asarray(local.orig_ids, dtype=np.int64)
         gid_halo = np.asarray(local.halo_orig_ids, dtype=np.int64)
         self.exchanger = HaloExchanger(comm, n, halo.send_idx, halo.recv_counts, wire=wire,
-                                       gid_local=gid_local, gid_halo=gid_halo)
+                                       gid_local=gid_local, gid_halo=gid_halo, device=self.device)
         self.block = Block(
             indptr=torch.as_tensor(np.asarray(local.indptr, dtype=np.int64)),
             indices=torch.as_tensor(np.asarray(local.indices, dtype=np.int64)),
@@ -85,16 +88,15 @@ class GraphParallelExecutor(Executor):
             dst_gid=torch.as_tensor(gid_local),
             src_gid=torch.as_tensor(np.concatenate([gid_local, gid_halo])),
             dst_in_src=torch.arange(n, dtype=torch.int64),
-        )
+        ).to(self.device)
         # Input features of local + halo rows: constant, so they never travel per epoch.
         self.x_src = features_to_tensor(concat_rows(local.features, halo_features), self.device)
         # Dense: the local rows are the first rows of x_src (a view, not a second copy).
         self.x_dst = self.x_src[:n] if self.x_src.layout == torch.strided else features_to_tensor(local.features, self.device)
-        self.labels = torch.as_tensor(np.asarray(local.labels))
+        self.labels = torch.as_tensor(np.asarray(local.labels)).to(self.device)
         self.masks = {
-            "train": torch.as_tensor(np.asarray(local.train_mask, dtype=bool)),
-            "val": torch.as_tensor(np.asarray(local.val_mask, dtype=bool)),
-            "test": torch.as_tensor(np.asarray(local.test_mask, dtype=bool)),
+            split: torch.as_tensor(np.asarray(getattr(local, f"{split}_mask"), dtype=bool)).to(self.device)
+            for split in ("train", "val", "test")
         }
 
     # ------------------------------------------------------------------ forward
@@ -134,7 +136,8 @@ class GraphParallelExecutor(Executor):
         loss.backward()
         allreduce_grads([p for p in self.model.parameters() if p.requires_grad], self.comm)
         self.opt.step()
-        correct, total = accuracy_counts(logits.detach(), self.labels, mask, multilabel=self.multilabel)
+        counts = accuracy_counts(logits.detach(), self.labels, mask, multilabel=self.multilabel, as_tensor=True)
+        correct, total = counts.tolist()  # one read of the device per epoch, with the loss's
         wall = time.perf_counter() - t0
         comm_s = wait_seconds(self.comm) - wait0
         return EpochResult(float(loss.detach()), correct, total, wall - comm_s, comm_s)

@@ -75,16 +75,18 @@ class HaloExchanger:
         wire: the wire format of training messages (float32 by default).
         gid_local, gid_halo: int64 ORIGINAL node ids of the local rows [num_local] and of the
             halo rows [num_halo] (the rounding keys; needed only by a lossy ``wire``).
+        device: where the rows live (the index lists are kept there).
     """
 
     def __init__(self, comm, num_local: int, send_idx: list, recv_counts,
                  fwd_category: str = "halo_fwd", bwd_category: str = "halo_bwd", *,
-                 wire: Wire = FLOAT32, gid_local=None, gid_halo=None) -> None:
+                 wire: Wire = FLOAT32, gid_local=None, gid_halo=None, device: torch.device | str = "cpu") -> None:
         self.comm = comm
         self.fwd_category = fwd_category
         self.bwd_category = bwd_category
         self.num_local = int(num_local)
-        self.send_idx = [torch.as_tensor(np.asarray(s, dtype=np.int64)) for s in send_idx]
+        self.device = torch.device(device)
+        self.send_idx = [torch.as_tensor(np.asarray(s, dtype=np.int64)).to(self.device) for s in send_idx]
         self.recv_counts = [int(c) for c in recv_counts]
         self.num_halo = int(sum(self.recv_counts))
         self.recv_off = np.concatenate([[0], np.cumsum(self.recv_counts)]).astype(np.int64)
@@ -92,8 +94,8 @@ class HaloExchanger:
         if wire.lossy:
             if gid_local is None or gid_halo is None:
                 raise GnnpipeError(f"internal: a halo exchange in {wire.fmt} needs the rows' original ids")
-            gl = torch.as_tensor(np.asarray(gid_local, dtype=np.int64))
-            gh = torch.as_tensor(np.asarray(gid_halo, dtype=np.int64))
+            gl = torch.as_tensor(np.asarray(gid_local, dtype=np.int64)).to(self.device)
+            gh = torch.as_tensor(np.asarray(gid_halo, dtype=np.int64)).to(self.device)
             if gl.shape != (self.num_local,) or gh.shape != (self.num_halo,):
                 raise GnnpipeError(f"internal: original ids {tuple(gl.shape)} / {tuple(gh.shape)} for "
                                    f"{self.num_local} local and {self.num_halo} halo rows")
@@ -114,7 +116,7 @@ class HaloExchanger:
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, False)
             dev = h_local.device
-            send = [self.wire.encode(h_local.index_select(0, idx.to(dev)), epoch=epoch, site=site, gid=g.to(dev))
+            send = [self.wire.encode(h_local.index_select(0, idx), epoch=epoch, site=site, gid=g)
                     for idx, g in zip(self.send_idx, self.send_gid)]
             buf = torch.empty((self.num_halo, self.wire.row_bytes(d)), dtype=torch.uint8, device=dev)
             recv = [buf[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
@@ -138,7 +140,7 @@ class HaloExchanger:
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, True)
             dev = grad_halo.device
-            send = [self.wire.encode(g, epoch=epoch, site=site, gid=gid.to(dev)) for g, gid in zip(send, self.recv_gid)]
+            send = [self.wire.encode(g, epoch=epoch, site=site, gid=gid) for g, gid in zip(send, self.recv_gid)]
             rb = self.wire.row_bytes(d)
             recv = [torch.empty((idx.numel(), rb), dtype=torch.uint8, device=dev) for idx in self.send_idx]
             if self.comm.world_size > 1:
@@ -303,7 +305,7 @@ class WayLink:
                                      gid=self.gid_own.index_select(0, rows)) for rows in self._sends(k)]
             sl = self._slices(k)
             rb = self.wire.row_bytes(d)
-            recv = [torch.empty((b - a, rb), dtype=torch.uint8) for a, b in sl]
+            recv = [torch.empty((b - a, rb), dtype=torch.uint8, device=buf.device) for a, b in sl]
             if self.comm.world_size > 1:
                 self.comm.all_to_all(send, recv, category=category)
             for (a, b), got in zip(sl, recv):
@@ -318,7 +320,7 @@ class WayLink:
     def read(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int) -> torch.Tensor:
         """float32 [m_k, d] chunk k's neighbour rows, in its ``nbr_ids`` order: this part's
         from ``buf``, the other ways' from ``rbuf`` (no communication)."""
-        out = torch.empty((self.num_nbrs(k), buf.shape[1]), dtype=torch.float32)
+        out = torch.empty((self.num_nbrs(k), buf.shape[1]), dtype=torch.float32, device=buf.device)
         out.index_copy_(0, self.own_pos[k], buf.index_select(0, self.own_rows[k]).float())
         out.index_copy_(0, self.remote_pos[k], rbuf.index_select(0, self.remote_rows[k]).float())
         return out
@@ -345,7 +347,7 @@ class WayLink:
                 wire_send = [self.wire.encode(t, epoch=epoch, site=site, gid=self.gid_halo[a:b])
                              for t, (a, b) in zip(send, self.pull[k])]
                 rb = self.wire.row_bytes(d)
-                recv = [torch.empty((rows.numel(), rb), dtype=torch.uint8) for rows in self.push_rows[k]]
+                recv = [torch.empty((rows.numel(), rb), dtype=torch.uint8, device=g.device) for rows in self.push_rows[k]]
                 if self.comm.world_size > 1:
                     self.comm.all_to_all(wire_send, recv, category="halo_bwd")
                 recv = [self.wire.decode(r, d) for r in recv]
@@ -361,12 +363,13 @@ class WayLink:
 
 
 def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool,
-                   wire: Wire = FLOAT32) -> WayLink:
+                   wire: Wire = FLOAT32, device: torch.device | str = "cpu") -> WayLink:
     """The :class:`WayLink` of ``way`` from every way's chunks (all ranks know the plan).
 
     ``chunks_all``: every chunk of every way (way-major, ``chunks_per_way`` each), with
     its ``lo``, ``hi`` and ``nbr_ids`` (a block only for this way's own chunks). ``wire``:
     the wire format of the training messages between ways (original ids from ``plan.perm``).
+    ``device``: where the stage's buffers live (the link's index lists are kept there).
     """
     D, C = plan.num_parts, chunks_per_way
     part_ptr = np.asarray(plan.part_ptr, dtype=np.int64)
@@ -400,13 +403,19 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
             sl.append((int(np.searchsorted(halo, theirs.lo)), int(np.searchsorted(halo, theirs.hi))))
         pull.append(sl)
     perm = np.asarray(plan.perm, dtype=np.int64)
-    gid_own, gid_halo = torch.from_numpy(perm[lo:hi].copy()), torch.from_numpy(perm[halo])
-    link = WayLink(cross, lo, hi, torch.from_numpy(halo), own_pos, own_rows, remote_pos, remote_rows,
-                   push_rows, pull, wire=wire, gid_own=gid_own, gid_halo=gid_halo)
+    gid_own, gid_halo = perm[lo:hi].copy(), perm[halo]
+    exchanger = None
     if exact:
         if C != 1:
             raise GnnpipeError("internal: exact hybrid runs one chunk per way")
-        link.exchanger = HaloExchanger(cross, hi - lo, [r.numpy() for r in push_rows[0]],
-                                       [b - a for a, b in pull[0]], wire=wire, gid_local=gid_own,
-                                       gid_halo=gid_halo)
-    return link
+        exchanger = HaloExchanger(cross, hi - lo, [r.numpy() for r in push_rows[0]],
+                                  [b - a for a, b in pull[0]], wire=wire, gid_local=gid_own,
+                                  gid_halo=gid_halo, device=device)
+
+    def dev(x):
+        return torch.as_tensor(x).to(device)
+
+    return WayLink(cross, lo, hi, dev(halo), [dev(x) for x in own_pos], [dev(x) for x in own_rows],
+                   [dev(x) for x in remote_pos], [dev(x) for x in remote_rows],
+                   [[dev(x) for x in r] for r in push_rows], pull, exchanger=exchanger, wire=wire,
+                   gid_own=dev(gid_own), gid_halo=dev(gid_halo))

@@ -67,6 +67,7 @@ class PipelineExecutor(Executor):
         self.seed = seed
         self.wire = wire
         self.C = len(stage.chunks)
+        self.device = stage.device
         ways = cross.world_size if cross is not None else 1
         self.dims = dims or ParallelDims("hybrid" if ways > 1 else "pipeline", ways=ways, stages=num_stages, chunks=self.C)
 
@@ -102,9 +103,10 @@ class PipelineExecutor(Executor):
         return self.wire.encode(msg, epoch=epoch, site=self._site(backward), gid=self.stage.chunks[k].block.dst_gid)
 
     def _recv_buffer(self, n: int, width: int) -> torch.Tensor:
+        dev = self.stage.device
         if not self.wire.lossy:
-            return torch.empty(n, width)
-        return torch.empty((n, self.wire.row_bytes(width)), dtype=torch.uint8)
+            return torch.empty(n, width, device=dev)
+        return torch.empty((n, self.wire.row_bytes(width)), dtype=torch.uint8, device=dev)
 
     def train_epoch(self, epoch: int) -> EpochResult:
         """Interpret this stage's lowered action list for one epoch.
@@ -153,8 +155,9 @@ class PipelineExecutor(Executor):
         inbox: dict[tuple, tuple] = {}
         outbox: dict[tuple, torch.Tensor] = {}
         bubble = 0.0
-        correct = total = 0
-        loss = 0.0
+        # the epoch's loss and training counts add up on the device, read once at its end
+        loss_sum = torch.zeros((), dtype=torch.float64, device=st.device)
+        counts = torch.zeros(2, dtype=torch.int64, device=st.device)
         spent = dict.fromkeys(ACTION_KINDS, 0.0)  # seconds by kind of work (EpochResult.actions)
         clock = time.perf_counter
         for a in actions:
@@ -191,9 +194,7 @@ class PipelineExecutor(Executor):
                 t1 = clock()
                 spent["forward"] += t1 - t0
                 if st.is_last:
-                    c, t = st.train_counts(k, out)
-                    correct += c
-                    total += t
+                    counts += st.train_counts(k, out)
                 else:
                     outbox[("F", k)] = self._encode(self._pack(out, cout, out_keys), k, epoch, False)
                     spent["encode"] += clock() - t1
@@ -201,7 +202,8 @@ class PipelineExecutor(Executor):
                 t0 = clock()
                 g_out, gcarry = inbox.pop(("B", k), (None, {}))
                 g_in, g_cin, l = st.backward_chunk(k, g_out, gcarry)
-                loss += l
+                if l is not None:
+                    loss_sum += l
                 t1 = clock()
                 spent["backward"] += t1 - t0
                 if self.s > 0:
@@ -225,6 +227,8 @@ class PipelineExecutor(Executor):
             else:  # pragma: no cover - the generator emits no other kinds
                 raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
         st.end_epoch()
+        loss = float(loss_sum)  # (the epoch's one wait for the device)
+        correct, total = (int(c) for c in counts.tolist())
         wall = time.perf_counter() - t_start
         comm_s = (wait_seconds(comm) - wait0) if hasattr(comm, "stats") else bubble
         spent["gather"] = st.gather_s
@@ -307,7 +311,7 @@ class PipelineExecutor(Executor):
         R = st.chunks[-1].hi - base
         h, carry = None, {}
         if self.s > 0:
-            buf = torch.empty(R, self._width(st.in_dim, self.carry_in_keys))
+            buf = torch.empty(R, self._width(st.in_dim, self.carry_in_keys), device=st.device)
             self.comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
             h, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
         ctx = RunCtx(training=False, epoch=epoch, seed=st.seed)
@@ -341,13 +345,13 @@ class PipelineExecutor(Executor):
                     else:
                         o, c2 = u(hk, ck, ctx, block=ch.block)
                     if out is None:
-                        out = torch.empty(R, o.shape[1], dtype=o.dtype)
+                        out = o.new_empty(R, o.shape[1])
                     out[a:b] = o
                     for key, t in c2.items():
                         if key in ck and t is ck[key]:
                             continue  # passed through unchanged
                         if key not in new_carry:
-                            new_carry[key] = torch.empty(R, t.shape[1], dtype=t.dtype)
+                            new_carry[key] = t.new_empty(R, t.shape[1])
                         new_carry[key][a:b] = t
                 h = out
                 carry.update(new_carry)

@@ -266,6 +266,8 @@ class PipelineStage:
             communicates; whoever builds it chooses the source.
         hist_dtype: storage dtype of the history, cross-chunk gradient and snapshot buffers
             (reads upcast to float32, writes round).
+        device: where the stage computes: its labels, masks, features and every buffer are
+            made there (the chunks, the units and the source are placed by the builder).
 
     Buffers per aggregating unit ``u`` whose input is trained (``R`` rows: N, or a hybrid
     way's own part): ``H_u`` [R, d_in] always; ``G_u`` during the backward phase; ``S_u``
@@ -286,7 +288,9 @@ class PipelineStage:
                  labels, train_mask, masks: dict, num_train_global: int, is_last: bool,
                  opts: StaleOptions, seed: int, multilabel: bool = False,
                  carry_out_keys: tuple = (), source: NeighbourSource | None = None,
-                 hist_dtype: torch.dtype = torch.float32, x_rows: np.ndarray | None = None) -> None:
+                 hist_dtype: torch.dtype = torch.float32, x_rows: np.ndarray | None = None,
+                 device: torch.device | str = "cpu") -> None:
+        self.device = dev = torch.device(device)
         self.units = list(units)
         self.source = source if source is not None else LocalHistory(chunks)
         self.first_unit = first_unit
@@ -298,9 +302,10 @@ class PipelineStage:
         self.multilabel = multilabel
         self.num_train_global = max(int(num_train_global), 1)
         self.carry_out_keys = tuple(carry_out_keys)
-        self.labels = torch.as_tensor(np.asarray(labels)) if labels is not None else None
-        self.masks = {k: torch.as_tensor(np.asarray(v, dtype=bool)) for k, v in masks.items()}
-        self.train_mask = self.masks.get("train") if train_mask is None else torch.as_tensor(np.asarray(train_mask, dtype=bool))
+        self.labels = torch.as_tensor(np.asarray(labels)).to(dev) if labels is not None else None
+        self.masks = {k: torch.as_tensor(np.asarray(v, dtype=bool)).to(dev) for k, v in masks.items()}
+        self.train_mask = (self.masks.get("train") if train_mask is None
+                           else torch.as_tensor(np.asarray(train_mask, dtype=bool)).to(dev))
         # Units whose input is the constant features (only unit 0 of the model) need no history.
         # Row r of a buffer is node row0 + r: every node with one way, a way's own part in
         # hybrid mode (see WayLink).
@@ -327,13 +332,13 @@ class PipelineStage:
         keeps_history = not self.source.fresh and (has_nbrs or self.source.collective)
         for pos, u in enumerate(self.units):
             if u.aggregates and not (first_unit == 0 and pos == 0) and keeps_history:
-                self.hist[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
+                self.hist[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype, device=dev)
                 if opts.grad_fix:
-                    self.gacc[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype)
+                    self.gacc[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype, device=dev)
                 if self.source.halo_rows is not None:
-                    self.remote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype)
+                    self.remote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype, device=dev)
                     if opts.grad_fix:
-                        self.gremote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype)
+                        self.gremote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype, device=dev)
         self.x_dst: list = []
         self.x_src: list = []
         # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
@@ -350,15 +355,16 @@ class PipelineStage:
             return ids if x_rows is None else np.searchsorted(x_rows, ids)
 
         if first_unit == 0 and _is_dense(x):
-            self.x = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))
-            self.x_src_ids = [torch.from_numpy(pos(ch.src_ids().numpy())) for ch in chunks]
+            self.x = (x if isinstance(x, torch.Tensor)
+                      else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))).to(dev)
+            self.x_src_ids = [torch.from_numpy(pos(ch.src_ids().cpu().numpy())).to(dev) for ch in chunks]
             self.x_dst_off = [int(pos([ch.lo])[0]) for ch in chunks]
         elif first_unit == 0:
             for ch in chunks:
                 ids = np.arange(ch.lo, ch.hi, dtype=np.int64)
-                self.x_dst.append(feature_rows(x, pos(ids)))
+                self.x_dst.append(feature_rows(x, pos(ids)).to(dev))
                 if self.units[0].aggregates:
-                    self.x_src.append(feature_rows(x, pos(np.concatenate([ids, ch.nbr_ids.numpy()]))))
+                    self.x_src.append(feature_rows(x, pos(np.concatenate([ids, ch.nbr_ids.cpu().numpy()]))).to(dev))
         self.state: dict[int, _ChunkState] = {}
         self.epoch = 0
 
@@ -553,14 +559,16 @@ class PipelineStage:
                 self.source.return_grads(self.gacc[pos], self.gremote.get(pos), sink.grad, k)
         grad_in = None
         if st.h_in is not None:
-            grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape)
+            grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape, device=self.device)
         gcarry = {}
         for key, (sink, shape) in st.carry_in.items():
-            gcarry[key] = sink.grad if sink.grad is not None else torch.zeros(shape)
-        loss = float(st.loss.detach()) if st.loss is not None else 0.0
+            gcarry[key] = sink.grad if sink.grad is not None else torch.zeros(shape, device=self.device)
+        # the chunk's loss stays on the device: the executor reads the epoch's sum once
+        loss = st.loss.detach() if st.loss is not None else None
         return grad_in, gcarry, loss
 
-    def train_counts(self, k: int, logits: torch.Tensor) -> tuple[int, int]:
+    def train_counts(self, k: int, logits: torch.Tensor) -> torch.Tensor:
+        """int64 [2] (correct, total) of chunk k's training rows, on the device (no host sync)."""
         ch = self.chunks[k]
         return accuracy_counts(logits.detach(), self.labels[ch.lo : ch.hi], self.train_mask[ch.lo : ch.hi],
-                               multilabel=self.multilabel)
+                               multilabel=self.multilabel, as_tensor=True)

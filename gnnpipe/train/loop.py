@@ -12,7 +12,6 @@ import dataclasses
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from tqdm import tqdm
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe import checkpoint as ckpt
+from gnnpipe import device
 from gnnpipe.config import TrainConfig
 from gnnpipe.data.graph import Graph
 from gnnpipe.data.load import check_splits, load_graph_for, row_normalized
@@ -28,7 +28,7 @@ from gnnpipe.parallel.executor import Executor
 from gnnpipe.parallel.alloc import lean_allocator
 from gnnpipe.train import setup
 from gnnpipe.train.guards import FiniteWatch, NonFiniteLossError, agree_on_epoch, agree_on_setup, nonfinite_message
-from gnnpipe.train.metrics import Reducer, bytes_delta, epoch_figures, epoch_record
+from gnnpipe.train.metrics import Reducer, bytes_delta, epoch_figures, epoch_record, gpu_peaks
 from gnnpipe.train.rundir import ActionLog, MetricsFile, append_metrics, write_json_atomic
 
 log = logging.getLogger("gnnpipe.train")
@@ -95,6 +95,7 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
     agree_on_setup(comm, err)
     rank0 = comm.rank == 0
     reduce = Reducer(comm)
+    clock = device.Stopwatch(ex.device)
     history: list[dict] = []
     start = 0
     if resumed is not None:
@@ -143,9 +144,10 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
         for epoch in range(start, cfg.epochs):
             watch.reset()
             before = comm.stats.snapshot() if hasattr(comm, "stats") else {}
-            t0 = time.perf_counter()
+            device.reset_peak_memory(ex.device)
+            clock.start()
             res = ex.train_epoch(epoch)
-            wall = time.perf_counter() - t0
+            wall = clock.stop()
             evaluated = (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1
             accs = ex.evaluate(epoch) if evaluated else None
             after = comm.stats.snapshot() if hasattr(comm, "stats") else {}
@@ -155,6 +157,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
                 # Every rank sees the same reduced loss, so every rank takes this branch.
                 raise NonFiniteLossError(nonfinite_message(cfg, comm, ex.dims, watch, res, loss, epoch, out))
             rec = epoch_record(epoch, sums, maxes)
+            if ex.device.type == "cuda":  # this epoch's peak of every rank's GPU memory, MiB
+                rec["peak_gpu_mem_mb"] = gpu_peaks(reduce, comm, device.peak_memory(ex.device))
             if accs is not None:
                 rec.update(accs)
                 if accs["val_acc"] > best["val_acc"]:

@@ -33,6 +33,13 @@ class Reducer:
         return s.tolist(), m.tolist()
 
 
+def gpu_peaks(reduce: Reducer, comm, peak_bytes: int | None) -> list[float]:
+    """Every rank's peak GPU memory of the epoch, MiB, in rank order (collective)."""
+    mine = [0.0] * comm.world_size
+    mine[comm.rank] = (peak_bytes or 0) / 2**20
+    return [round(v, 1) for v in reduce(mine, [0.0])[0]]
+
+
 def bytes_delta(before: dict, after: dict) -> dict:
     """Bytes sent per category between two ``comm.stats.snapshot()``s."""
     b = before.get("bytes_sent", {}) if before else {}

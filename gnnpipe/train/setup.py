@@ -7,6 +7,8 @@ then the partition plan is loaded (and checked against the dataset) or made in m
 
 from __future__ import annotations
 
+import torch
+
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import TrainConfig
 from gnnpipe.dims import ParallelDims
@@ -76,9 +78,18 @@ def build_executor(cfg: TrainConfig, comm, graph, user: UserChain | None = None)
                                 snapshot_period=cfg.snapshot_period)
     ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
-                              history_dtype=cfg.history_dtype, device=cfg.device,
+                              history_dtype=cfg.history_dtype, device=compute_device(cfg, comm),
                               wire=Wire(cfg.wire, cfg.seed), model=model)
     return ex, plan
+
+
+def compute_device(cfg, comm) -> torch.device:
+    """Where this rank computes: the GPU its communicator was set up for (see
+    :func:`gnnpipe.device.choose`), or ``cfg.device`` for a communicator made without one."""
+    dev = getattr(comm, "compute_device", None)
+    if dev is not None and dev.type == cfg.device:
+        return dev
+    return torch.device(cfg.device)
 
 
 def gather_model_state(ex: Executor, comm, num_units: int) -> dict:
@@ -90,12 +101,16 @@ def gather_model_state(ex: Executor, comm, num_units: int) -> dict:
     Raises:
         GnnpipeError: the stages' units do not cover the model (a bug, named).
     """
-    units = dict(ex.owned_units())
+    def owned() -> dict:  # on the host: the state travels pickled and loads anywhere
+        return {i: {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in sd.items()}
+                for i, sd in ex.owned_units().items()}
+
+    units = owned()
     if ex.dims.pipelined and comm.world_size > 1:
         units = {}
         for s in range(ex.dims.stages):
             src = ex.dims.rank_of(0, s)
-            units.update(comm.broadcast_object(ex.owned_units() if comm.rank == src else None, src))
+            units.update(comm.broadcast_object(owned() if comm.rank == src else None, src))
     if sorted(units) != list(range(num_units)):
         raise GnnpipeError(f"internal: gathered units {sorted(units)}, expected 0..{num_units - 1}")
     return {f"units.{i}.{k}": v for i, sd in sorted(units.items()) for k, v in sd.items()}
