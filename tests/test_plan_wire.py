@@ -223,7 +223,7 @@ def test_cli_table_says_wire_cost_and_prior(capsys):
     assert plan_main([*ARGS, "--link-rate", "100mbit", "--wire", "auto"]) == 0
     txt = capsys.readouterr().out
     assert "left out: int4: expected loss 1.0 points (prior) > accuracy budget 0.5" in txt
-    assert "prior:" in txt and "one-seed run" in txt
+    assert "prior:" in txt and "measured here over 3 seeds" in txt
     rec = txt.split("recommended:")[1]
     assert "--wire int8:" in rec and "in float32" in rec and "(a prior)" in rec
     assert rec.strip().splitlines()[-1].strip().endswith("--wire int8")

@@ -31,8 +31,8 @@ which ``calibrate --network`` measures).
 expected accuracy loss is within ``--accuracy-budget`` points (default 0.5 with ``auto``),
 a lossy format counted 5 % slower (:data:`gnnpipe.cost.planner.WIRE_MIN_GAIN`: it must be
 predicted that much faster than float32 to be chosen). The
-expected losses are :data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`, a prior (checked against
-one seed of the accuracy benchmark with ``--wire``), and the output says so. Each row shows its format, bytes
+expected losses are :data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`, a prior (compared with the
+accuracy benchmark's runs with ``--wire``), and the output says so. Each row shows its format, bytes
 per epoch and expected loss; predicted times send the format's bytes and pay its encode and
 decode (:mod:`gnnpipe.cost.predict`), so on a fast link float32 stays first. ``--exact`` plans
 ``gnnpipe-train --exact`` (one chunk per way) and keeps float32 on the wire: a lossy ``--wire``
