@@ -7,11 +7,12 @@ One owner for the few decisions that differ between a CPU and a GPU:
   messages: NCCL when every rank on the host owns a GPU, otherwise Gloo (or MPI) over host
   memory, each message staged through the host. NCCL with two ranks on one GPU is refused
   here, before any collective, in one line that names the way out.
-* :func:`move` — puts a tensor, a :class:`gnnpipe.models.block.Block`, a module or a
-  container of them on a device (the executor builder calls it; nothing in the hot loop
-  creates a tensor on another device, see ``tests/test_placement.py``).
-* :func:`synchronize`, :func:`peak_memory`, :func:`reset_peak_memory` — what timing and
-  memory figures need on a GPU (no-ops or ``None`` on a CPU).
+* :func:`synchronize`, :class:`Stopwatch`, :func:`peak_memory`, :func:`reset_peak_memory` —
+  what timing and memory figures need on a GPU (no-ops or ``None`` on a CPU).
+
+Placement itself is the executor builder's (:mod:`gnnpipe.parallel.build`: ``Block.to``,
+``ChunkInfo.to``, ``device=`` on every buffer); ``tests/test_placement.py`` checks that
+nothing in the hot loop makes a tensor elsewhere.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
-
 import torch
 
 from gnnpipe._base import GnnpipeError
@@ -52,13 +51,6 @@ class DeviceChoice:
     def staged(self) -> bool:
         """Messages cross the host (compute on a GPU, communicator on the CPU)."""
         return self.compute.type != "cpu" and self.comm.type == "cpu"
-
-    def describe(self) -> str:
-        if self.compute.type == "cpu":
-            return f"cpu, {self.backend}"
-        share = f", {self.ranks_per_gpu} ranks per GPU" if self.ranks_per_gpu > 1 else ""
-        via = " (staged through host memory)" if self.staged else ""
-        return f"{self.compute}{share}, {self.backend}{via}"
 
 
 def choose(device: str, kind: str, local_rank: int, local_size: int, *, backend: str = "auto",
@@ -124,23 +116,6 @@ def choose(device: str, kind: str, local_rank: int, local_size: int, *, backend:
     if backend == "auto" and per == 1 and nccl_available:
         return DeviceChoice(compute, compute, "nccl", per)
     return DeviceChoice(compute, cpu, "gloo", per)
-
-
-def move(obj: Any, device: torch.device | str) -> Any:
-    """``obj`` on ``device``: a tensor, a :class:`~gnnpipe.models.block.Block` or anything
-    with a ``to(device)`` (modules move in place), or a list / tuple / dict of them; other
-    values are returned as they are."""
-    device = torch.device(device)
-    if isinstance(obj, torch.Tensor):
-        return obj if obj.device == device else obj.to(device)
-    if isinstance(obj, torch.nn.Module):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: move(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(move(v, device) for v in obj)
-    to = getattr(obj, "to", None)
-    return to(device) if callable(to) else obj
 
 
 def synchronize(device: torch.device | str) -> None:

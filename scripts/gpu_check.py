@@ -43,6 +43,7 @@ import torch.nn.functional as Fn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from gnnpipe import device  # noqa: E402
 from gnnpipe.comm import init_communicator  # noqa: E402
 from gnnpipe.config import TrainConfig  # noqa: E402
 from gnnpipe.models import MODELS, Block, ModelConfig, RunCtx, build_model, loss_fn, ops  # noqa: E402
@@ -71,18 +72,9 @@ def part(name: str):
     return deco
 
 
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
 def peak_mb(dev: torch.device) -> float | None:
-    return round(torch.cuda.max_memory_allocated(dev) / 2**20, 1) if dev.type == "cuda" else None
-
-
-def reset_peak(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
+    peak = device.peak_memory(dev)
+    return None if peak is None else round(peak / 2**20, 1)
 
 
 @part("env")
@@ -108,12 +100,12 @@ def _cfg(**kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
-def _one_process(cfg: TrainConfig, device: str) -> dict:
+def _one_process(cfg: TrainConfig, kind: str) -> dict:
     from gnnpipe.train.loop import train
 
-    comm = init_communicator("single", device=device)
+    comm = init_communicator("single", device=kind)
     dev = comm.compute_device
-    reset_peak(dev)
+    device.reset_peak_memory(dev)
     summary = train(cfg, comm)
     losses = [h["loss"] for h in summary["history"]]
     return {"losses": losses, "final": summary["history"][-1], "peak_gpu_mb": peak_mb(dev)}
@@ -196,24 +188,24 @@ def ranks(dev: torch.device, small: bool, tmp: Path) -> dict:
 
 def _rate(fn, flops_or_bytes: float, dev: torch.device, k: int = 5) -> float:
     fn()
-    sync(dev)
+    device.synchronize(dev)
     best = float("inf")
     for _ in range(k):
         t0 = time.perf_counter()
         fn()
-        sync(dev)
+        device.synchronize(dev)
         best = min(best, time.perf_counter() - t0)
     return flops_or_bytes / best
 
 
 def _epoch_time(step, dev: torch.device, epochs: int) -> float:
     step(0)
-    sync(dev)
+    device.synchronize(dev)
     ts = []
     for e in range(epochs):
         t0 = time.perf_counter()
         step(e + 1)
-        sync(dev)
+        device.synchronize(dev)
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
@@ -245,7 +237,7 @@ def speed(dev: torch.device, small: bool) -> dict:
         opt.zero_grad()
         loss_fn(m(block, x, RunCtx(True, ep, 0)), y, train, normalizer=int(train.sum())).backward()
         opt.step()
-    reset_peak(dev)
+    device.reset_peak_memory(dev)
     res["gnnpipe_s"] = _epoch_time(ours, dev, epochs)
     res["gnnpipe_peak_gpu_mb"] = peak_mb(dev)
     log(f"   gnnpipe GCN-{L}: {res['gnnpipe_s']:.4f} s/epoch, peak {res['gnnpipe_peak_gpu_mb']} MiB")
@@ -288,7 +280,7 @@ def speed(dev: torch.device, small: bool) -> dict:
             popt.zero_grad()
             Fn.cross_entropy(pm(x, adj)[train], y[train]).backward()
             popt.step()
-        reset_peak(dev)
+        device.reset_peak_memory(dev)
         try:
             res[f"{label}_s"] = _epoch_time(step, dev, epochs)
             res[f"{label}_peak_gpu_mb"] = peak_mb(dev)

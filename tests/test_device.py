@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from fake_device import FakeDevice, on_device  # noqa: E402
 from gnnpipe import GnnpipeError
-from gnnpipe.device import choose, move
+from gnnpipe.device import choose
 from gnnpipe.models.block import Block
 from gnnpipe.parallel.chunks import build_chunks
 
@@ -119,13 +119,11 @@ def test_block_to_moves_every_field_and_rebuilds_derived_matrices_there():
     assert torch.equal(back.gcn_norm(), b.gcn_norm())
 
 
-def test_chunk_to_and_move():
+def test_chunk_to():
     indptr, indices = _graph()
     ch = build_chunks(indptr, indices, [0, 20, 40])[1]
     with FakeDevice() as fd:
         m = ch.to(fd.device)
         assert torch.equal(m.src_ids().cpu(), ch.src_ids())
-        moved = move({"a": [torch.ones(2)], "b": (torch.zeros(3), 7)}, fd.device)
     assert (m.lo, m.hi, m.index) == (ch.lo, ch.hi, ch.index)
     assert m.nbr_ids.device.type == "meta" and m.block.device.type == "meta"
-    assert moved["a"][0].device.type == "meta" and moved["b"][0].device.type == "meta" and moved["b"][1] == 7

@@ -103,10 +103,9 @@ class PipelineExecutor(Executor):
         return self.wire.encode(msg, epoch=epoch, site=self._site(backward), gid=self.stage.chunks[k].block.dst_gid)
 
     def _recv_buffer(self, n: int, width: int) -> torch.Tensor:
-        dev = self.stage.device
         if not self.wire.lossy:
-            return torch.empty(n, width, device=dev)
-        return torch.empty((n, self.wire.row_bytes(width)), dtype=torch.uint8, device=dev)
+            return torch.empty(n, width, device=self.device)
+        return torch.empty((n, self.wire.row_bytes(width)), dtype=torch.uint8, device=self.device)
 
     def train_epoch(self, epoch: int) -> EpochResult:
         """Interpret this stage's lowered action list for one epoch.
