@@ -402,9 +402,14 @@ def test_cleanup_removes_leftovers_of_dead_runs(root_ok):
 @pytest.mark.netns
 def test_sweep_one_cell_writes_outputs(root_ok, tmp_path):
     rows, d = BC.sweep(tmp_path, rates=["100mbit"], modes=["graph"], graphs=["tiny"], models=["gcn"],
-                       hosts=2, layers=2, hidden=8, epochs=2, extra=["--threads", "1", "--timeout", "60"])
+                       hosts=2, layers=2, hidden=8, epochs=2, extra=["--threads", "1", "--timeout", "60"],
+                       network="quick")
     assert len(rows) == 1 and "error" not in rows[0], rows
     r = rows[0]
+    # the link was measured before the cell, written whole, and carried by the row
+    fit = json.loads((d / "network" / "100mbit.json").read_text())
+    assert fit["hosts"] == 2 and fit["rate_bps"] == 100_000_000 and fit["p2p"] and fit["a2a"]
+    assert r["network"]["bw_bytes_s"] == fit["bw_bytes_s"] and 0.5 * 12.5e6 < fit["bw_bytes_s"] < 1.05 * 12.5e6
     assert r["rate_bps"] == 100_000_000 and r["epoch_s"] > 0 and r["bytes"]["halo_fwd"] > 0
     assert {"load1_before", "load1_after", "cores", "compute_s", "comm_s", "bubble_s"} <= set(r)
     for f in ("rows.jsonl", "results.csv", "results.json", "summary.md", "epoch_vs_rate.png"):

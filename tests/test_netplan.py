@@ -195,3 +195,24 @@ def test_bench_cluster_predictor(tmp_path):
     assert fn({**rows[0], "args": ["--dataset", "no-such-graph", "--mode", "graph"]}, None) is None
     png = BC.plot(rows, tmp_path / "p.png", predict=fn)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_cluster_predictor_takes_the_rows_measured_link():
+    """A row's measured link (``network``, written by the sweep) replaces the nominal rate/8:
+    a slower measured bandwidth or a larger all-to-all factor predicts a slower graph-parallel
+    epoch; a measurement made at another rate is not used."""
+    from gnnpipe.bench import cluster as BC
+
+    fn = BC.make_predictor("cpu-this-machine")
+    tiny = [*BC.GRAPHS["tiny"], "--model", "gcn", "--layers", "4", "--hidden", "16", "--seed", "0"]
+    row = {"graph": "tiny", "model": "gcn", "mode": "graph", "rate_bps": 25_000_000, "epoch_s": 0.1,
+           "world": 4, "ranks_per_host": 1, "args": [*tiny, *BC.mode_flags("graph", 4)]}
+    lat = load_profile("cpu-this-machine").inter_latency_s
+    nominal = fn(row, 25_000_000)
+    same = fn({**row, "network": {"bw_bytes_s": 25e6 / 8, "latency_s": lat, "a2a_factor": 1.0}}, 25_000_000)
+    half = fn({**row, "network": {"bw_bytes_s": 25e6 / 16, "latency_s": lat, "a2a_factor": 1.0}}, 25_000_000)
+    a2a = fn({**row, "network": {"bw_bytes_s": 25e6 / 8, "latency_s": lat, "a2a_factor": 2.0}}, 25_000_000)
+    assert same == pytest.approx(nominal, rel=0.05)
+    assert half > 1.3 * same and a2a > 1.3 * same, (same, half, a2a)
+    assert fn({**row, "network": {"bw_bytes_s": 1.0, "latency_s": 1.0, "a2a_factor": 9.0}}, 50_000_000) \
+        == fn(row, 50_000_000)  # measured at 25 Mbit/s: not taken for another rate

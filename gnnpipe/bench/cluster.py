@@ -36,7 +36,14 @@ Predicted lines: :func:`plot` takes a ``predict(row, rate_bps)`` hook;
 :func:`make_predictor` is the planner's (the cell's ``gnnpipe-train`` flags, its graph's
 METIS facts, and the profile through :func:`gnnpipe.cost.with_link` at the cell's rate and
 ranks per host). The sweep and ``--plot`` use it (``--profile``; ``--no-predict`` draws
-measured points only). What it does not see: the emulated hosts share this machine's cores,
+measured points only).
+
+The network of each rate is measured, not assumed: before the first cell of a rate the sweep
+runs :func:`gnnpipe.cost.netcal.measure_network` on a cluster of the sweep's hosts at that
+rate (point-to-point bandwidth and latency, all-to-all against point-to-point), writes it to
+``sweep-<time>/network/<rate>.json`` and copies it into every row of that rate (``network``);
+the predictor takes a row's measured link over the nominal ``rate / 8`` (``--network quick``:
+fewer sizes; ``off``: nominal). What it does not see: the emulated hosts share this machine's cores,
 while the profile gives every host its own, so on more ranks than cores the predicted
 compute is too low (by up to ranks/cores).
 """
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict, replace
 import logging
 import os
 import statistics
@@ -59,6 +67,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.config import WIRE_FORMATS, parse_config
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict, with_link
+from gnnpipe.cost import netcal
 from gnnpipe.data.load import load_graph_for
 from gnnpipe.dims import ParallelDims
 
@@ -170,7 +179,9 @@ def make_predictor(profile: str = "cpu-this-machine") -> PredictFn:
     """The planner's epoch time for a cell (a :data:`PredictFn`): the cell's recorded
     ``gnnpipe-train`` flags (``row["args"]``) give the graph, model and layout; the profile
     goes through :func:`gnnpipe.cost.with_link` at ``rate_bps`` with the cell's ranks per
-    host (``None``: the profile's own links). Graph statistics (METIS) are computed once per
+    host (``None``: the profile's own links); where the row carries the link measured at its
+    own rate (``row["network"]``, written by :func:`sweep`), its bandwidth, latency and
+    ``a2a_factor`` replace the nominal ones. Graph statistics (METIS) are computed once per
     graph and layout. A cell without flags (a failed one), or one the model cannot
     predict, gets ``None`` (logged).
     """
@@ -197,6 +208,10 @@ def make_predictor(profile: str = "cpu-this-machine") -> PredictFn:
             spec = ModelSpec(cfg.model, cfg.layers, cfg.hidden, cfg.heads,
                              history_bytes=2 if cfg.history_dtype == "bfloat16" else 4, wire=cfg.wire)
             prof = with_link(base, rate_bps, int(row.get("ranks_per_host", 1)))
+            net = row.get("network")
+            if net and rate_bps == row.get("rate_bps"):
+                prof = replace(prof, inter_bw_bytes_s=float(net["bw_bytes_s"]),
+                               inter_latency_s=float(net["latency_s"]), a2a_factor=float(net["a2a_factor"]))
             return predict(stats[key], spec, topo, prof).epoch_s
         except (GnnpipeError, KeyError, ValueError) as e:
             log.warning("no prediction for %s: %s", row.get("cell", row.get("mode")), str(e).splitlines()[0])
@@ -292,7 +307,8 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
           graphs: Sequence[str] = ("squirrel", "physics", "reddit-shaped"), models: Sequence[str] = ("gcn", "gcnii"),
           hosts: int = 4, ranks_per_host: int = 1, delay: str | None = None, layers: int = 32, hidden: int = 100,
           epochs: int = 6, extra: Sequence[str] = (), launcher: str = "torch", timeout_s: float = 3600.0,
-          predict: PredictFn | None = None, wires: Sequence[str] = ("float32",)) -> tuple[list[dict], Path]:
+          predict: PredictFn | None = None, wires: Sequence[str] = ("float32",),
+          network: str = "full") -> tuple[list[dict], Path]:
     """Run every cell; write ``out/sweep-<time>/`` (see the module docstring).
 
     A cell that fails is recorded with its ``error`` and the sweep goes on.
@@ -308,18 +324,25 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
         predict: the cost model's epoch time per cell (see :data:`PredictFn`).
         wires: wire formats of the boundary messages (``gnnpipe-train --wire``), each cell
             run in every one.
+        network: measure each rate's link before its first cell (``"full"``, ``"quick"``:
+            fewer sizes) or not (``"off"``); see the module docstring.
 
     Returns:
         (rows, the sweep's directory).
     """
     cells = sweep_cells(rates, modes, graphs, models, wires)
+    if network not in ("full", "quick", "off"):
+        raise CL.ClusterError(f"--network must be full, quick or off, got {network!r}")
     world = hosts * ranks_per_host
     for m in modes:
         mode_flags(m, world)  # fail before the first cell, not in the middle
     d = Path(out) / time.strftime("sweep-%Y%m%d-%H%M%S")
     d.mkdir(parents=True, exist_ok=True)
     rows = []
+    links: dict[str, dict[str, Any]] = {}
     for cell in cells:
+        if network != "off" and hosts >= 2 and cell["rate"] not in links:
+            links[cell["rate"]] = measure_link(cell["rate_bps"], hosts, d / "network", quick=network == "quick")
         wire = cell["wire"]
         name = f"{cell['graph']}-{cell['model']}{layers}-{cell['mode']}" + (f"+{wire}" if wire != "float32" else "") \
             + f"-{cell['rate']}"
@@ -334,6 +357,8 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
             row = {**cell, "layers": layers, "hidden": hidden, "error": str(e)[:2000], **machine_load()}
             log.warning("cell %s failed: %s", name, str(e).splitlines()[0])
         row["cell"] = name
+        if links.get(cell["rate"]):
+            row["network"] = links[cell["rate"]]
         rows.append(row)
         with open(d / "rows.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -344,6 +369,30 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
     if predict is not None:
         (d / "planner.md").write_text(score_planner(rows, predict)[0] + "\n")
     return rows, d
+
+
+def measure_link(rate_bps: int | None, hosts: int, out: Path, quick: bool = False) -> dict[str, Any]:
+    """Measure the emulated link at ``rate_bps`` among ``hosts`` hosts (one rank each) and
+    write the whole fit to ``out/<rate>.json``.
+
+    Returns:
+        what the predictor takes (``bw_bytes_s``, ``latency_s``, ``a2a_factor``) and the load,
+        or ``{}`` when the measurement failed (logged, and its error written instead: the
+        sweep goes on with the nominal link).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{CL.rate_text(rate_bps)}.json"
+    try:
+        fit = netcal.measure_network(rate_bps, hosts, quick=quick)
+    except GnnpipeError as e:
+        log.warning("network at %s not measured: %s", CL.rate_text(rate_bps), str(e).splitlines()[0])
+        path.write_text(json.dumps({"rate_bps": rate_bps, "hosts": hosts, "error": str(e)[:2000]}, indent=1) + "\n")
+        return {}
+    path.write_text(json.dumps(asdict(fit), indent=1) + "\n")
+    log.info("network at %s: %.1f Mbit/s, latency %.0f us, all-to-all x%.2f", CL.rate_text(rate_bps),
+             fit.bw_bytes_s * 8 / 1e6, fit.latency_s * 1e6, fit.a2a_factor)
+    return {"bw_bytes_s": fit.bw_bytes_s, "latency_s": fit.latency_s, "a2a_factor": fit.a2a_factor,
+            "load1": list(fit.load1)}
 
 
 def score_planner(rows: Sequence[Mapping[str, Any]], predict: PredictFn) -> tuple[str, dict]:
@@ -503,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", default="cpu-this-machine",
                     help="sweep and --plot: the cost model's profile for the predicted lines (default cpu-this-machine)")
     ap.add_argument("--no-predict", action="store_true", help="sweep and --plot: measured points only")
+    ap.add_argument("--network", choices=("full", "quick", "off"), default="full",
+                    help="sweep: measure each rate's link before its cells, for the predicted lines "
+                         "(default full; quick: fewer sizes; off: the nominal rate / 8)")
     return ap
 
 
@@ -544,7 +596,8 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
                         _split(args.graphs), _split(args.models), hosts=args.hosts, ranks_per_host=args.ranks_per_host,
                         delay=args.delay, layers=args.layers, hidden=args.hidden, epochs=args.epochs,
                         extra=train_args, launcher=args.launcher, timeout_s=args.timeout,
-                        predict=None if args.no_predict else make_predictor(args.profile), wires=_split(args.wires))
+                        predict=None if args.no_predict else make_predictor(args.profile), wires=_split(args.wires),
+                        network=args.network)
         print(summarize(rows))
         print(f"\n(results in {d}/)")
         return 0 if all("error" not in r for r in rows) else 1
