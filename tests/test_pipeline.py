@@ -204,3 +204,22 @@ def test_hybrid_stale_equals_reference_with_ways(comm):
         assert got == expect, f"{run['model']}: hybrid halo bytes {got} != {expect}"
         pipe = sum(r["bytes"].get("pipe_act", 0) + r["bytes"].get("pipe_grad", 0) for r in ranks)
         assert pipe == pipeline_bytes(rg.num_nodes, cfg.hidden, 2, 4, h0=cfg.model == "gcnii")
+
+
+def test_stale_pipeline_and_hybrid_with_the_epoch_input_transform_equal_reference():
+    """With input features wider than the hidden width (40 > 16) GCN's first layer, like
+    GAT's, transforms first, so the first stage transforms every input row once per epoch
+    (``PipelineStage``'s epoch input transform) instead of once per chunk that reads it: the
+    reference, which transforms each chunk's rows, must still agree (2 stages; 2 ways x 2
+    stages, whose first stages each transform their way's rows)."""
+    runs = [dict(model=m, layers=4, epochs=EPOCHS, chunks=5, snapshot_period=3, synth_features=40)
+            for m in ("gcn", "gat")]
+    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        _compare([r[i] for r in res], stale_reference(**run), f"stale {run['model']} F=40 S=2")
+    runs = [dict(model="gcn", layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4,
+                 synth_features=40)]
+    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    ref = stale_reference(**{k: v for k, v in runs[0].items() if k not in ("mode", "stages")})
+    _compare([r[0] for r in res[:2]], ref, "stale hybrid gcn F=40 2x2")
+    _compare([r[0] for r in res[2:]], ref, "stale hybrid gcn F=40 2x2 (way 1)")

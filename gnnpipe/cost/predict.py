@@ -33,7 +33,9 @@ aggregating unit the history path — write the chunk's rows, gather its out-of-
 neighbour rows, concatenate, scatter-add their gradients: ``s·d_in·(2·rows + 3·Σ_k
 |N(k)|)`` bytes at ``gather_bytes_s`` plus ``chunk_overhead_s`` per chunk and pass, with
 Σ_k |N(k)| (≈ 2–5·N) from the plan (:attr:`PartInfo.chunk_nbrs`); gcn/gat transform
-their source rows, so their GEMMs run on ``rows + Σ_k |N(k)|`` rows. With
+their source rows, so their GEMMs run on ``rows + Σ_k |N(k)|`` rows, except the first
+unit's on dense features, which the stage transforms once per epoch over its feature rows
+(:func:`epoch_input_transform`) and whose rows each chunk gathers. With
 ``t_b`` the per-chunk message time over boundary ``b`` (latency + bytes / bandwidth,
 :func:`boundary_times`), :func:`pipeline_span` gives::
 
@@ -422,6 +424,20 @@ def pipeline_span(busy: Sequence, t_b: Sequence, C: int) -> tuple:
     return fill + steady, exposed
 
 
+def epoch_input_transform(model: str, u, stats: GraphStats, chunks: int) -> bool:
+    """Whether a pipeline stage transforms unit ``u``'s input once per epoch instead of per
+    chunk (:class:`gnnpipe.parallel.stage.PipelineStage`): the model's first unit, gcn or gat
+    transforming first, on dense features, with more than one chunk."""
+    return (u.reads_features and u.aggregates and u.gemm_on_src and model in ("gcn", "gat")
+            and stats.sparse_nnz is None and chunks > 1)
+
+
+def x_rows_of(N: int, rows: float, halo: float, ways: int) -> float:
+    """Feature rows a pipeline way's first stage holds: every node with one way; its part
+    and the part's halo in a hybrid way."""
+    return float(N) if ways == 1 else float(min(N, rows + halo))
+
+
 def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     D, S, C = topo.ways, topo.stages, topo.chunks
     s, d = spec.bytes_per_value, spec.hidden
@@ -459,12 +475,20 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         hist = act = 0.0
         for j in range(a, b):
             u = units[j]
-            # Transforms on h_src (gcn, gat) run on every chunk's own + neighbour rows.
+            # Transforms on h_src (gcn, gat) run on every chunk's own + neighbour rows, but
+            # the first unit's on the dense features runs once per epoch over the feature
+            # rows the stage holds (PipelineStage's epoch input transform); each chunk then
+            # gathers its source rows of the result and scatter-adds their gradients.
             on_src = u.gemm_on_src and u.aggregates
+            epoch_x = on_src and epoch_input_transform(spec.model, u, stats, C)
+            frac_gemm = (x_rows_of(N, rows, pi.max_halo, D) / N) if epoch_x else (frac_src if on_src else frac_rows)
+            if epoch_x:
+                comp += 2.0 * s * u.out_dim * (rows + nbrs) / prof.gather_bytes_s
             comp += unit_time(u, prof, 0.0, 2 * C) + (
-                u.gemm_flops * (frac_src if on_src else frac_rows) / prof.gemm_flops_s
+                u.gemm_flops * frac_gemm / prof.gemm_flops_s
                 + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                + elem_time(u, prof, frac_rows, frac_src, frac_hashed))
+                + (elem_time(u, prof, frac_rows, frac_gemm) if epoch_x
+                   else elem_time(u, prof, frac_rows, frac_src, frac_hashed)))
             params += u.params
             if u.aggregates and not u.reads_features:
                 # History path per chunk: write the chunk's rows, gather its neighbour rows,
@@ -484,8 +508,13 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                     codec += 2 * codec_time(halo_m / D * u.in_dim, spec.wire)
                     n_coll += 2 * C
                     comp += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
-            # every chunk's saved tensors live until the flush: own + neighbour rows
-            act += saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
+            # every chunk's saved tensors live until the flush: own + neighbour rows (the epoch
+            # input transform: its input rows once, and the transform with its gradient)
+            if epoch_x:
+                xr = x_rows_of(N, rows, pi.max_halo, D)
+                act += saved_bytes(stats, spec.model, u, xr, rows) + 2.0 * s * xr * u.out_dim
+            else:
+                act += saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
         w_out = units[b - 1].out_dim + (d if spec.h0 and st < S - 1 else 0)
         # The first stage reads features: every row with one way, its part and its chunks'
         # neighbours in a hybrid way; the other stages none.

@@ -49,16 +49,31 @@ class GCNConv(nn.Module):
 
     def forward(self, block: Block, h_src: Tensor) -> Tensor:
         w = self.conv.lin.weight
-        a, at = block.gcn_adj()
         if aggregate_first(h_src, w.shape[1], w.shape[0]):
             # Â h first: the SpMM's backward keeps nothing (only the block's cached
             # transpose) and the GEMM keeps its input over dst rows only, where transform
             # first keeps the dropped-out h over every src row (own + halo / neighbours).
+            a, at = block.gcn_adj()
             agg = ops.csr_mm(a, at, h_src) + h_src[block.dst_in_src] * block.gcn_self_weight()
             return nn.functional.linear(agg, w, self.conv.bias)
         # Transform first: the SpMM runs on the narrower matrix, and sparse (bag-of-words)
         # inputs stay sparse.
-        z = ops.linear(h_src, w, None, block.sparse_transpose_for)
+        return self.propagate(block, ops.linear(h_src, w, None, block.sparse_transpose_for))
+
+    # The transform-first split (see :meth:`gnnpipe.models.units.ConvUnit.transform_input`):
+    # ``forward == propagate(block, transform(h_src))`` whenever ``transforms_first``.
+    def transforms_first(self, h_src: Tensor) -> bool:
+        """Whether :meth:`forward` transforms ``h_src`` row by row before aggregating."""
+        w = self.conv.lin.weight
+        return not aggregate_first(h_src, w.shape[1], w.shape[0])
+
+    def transform(self, h_src: Tensor) -> Tensor:
+        """``h_src W`` (dense rows)."""
+        return nn.functional.linear(h_src, self.conv.lin.weight)
+
+    def propagate(self, block: Block, z: Tensor) -> Tensor:
+        """Â z + b: the rest of a transform-first layer on the transformed src rows ``z``."""
+        a, at = block.gcn_adj()
         out = ops.csr_mm(a, at, z)
         out = out + z[block.dst_in_src] * block.gcn_self_weight()
         return out + self.conv.bias
@@ -112,8 +127,21 @@ class GATConv(nn.Module):
                             add_self_loops=False, negative_slope=0.2, dropout=0.0)
 
     def forward(self, block: Block, h_src: Tensor) -> Tensor:
+        return self.propagate(block, ops.linear(h_src, self.conv.lin.weight, None, block.sparse_transpose_for))
+
+    # The transform-first split (see GCNConv): GAT always transforms first.
+    def transforms_first(self, h_src: Tensor) -> bool:
+        """Always: attention scores are computed on the transformed rows."""
+        return True
+
+    def transform(self, h_src: Tensor) -> Tensor:
+        """``h_src W`` (dense rows), all heads side by side."""
+        return nn.functional.linear(h_src, self.conv.lin.weight)
+
+    def propagate(self, block: Block, z: Tensor) -> Tensor:
+        """Attention and the weighted sum over the transformed src rows ``z``."""
         h, c = self.heads, self.ch
-        z = ops.linear(h_src, self.conv.lin.weight, None, block.sparse_transpose_for).view(-1, h, c)
+        z = z.view(-1, h, c)
         a_src = (z * self.conv.att_src).sum(-1)  # [n_src, H]
         a_dst = (z[block.dst_in_src] * self.conv.att_dst).sum(-1)  # [n_dst, H]
         pattern = block.csr_with_self_loops()

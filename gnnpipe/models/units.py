@@ -118,12 +118,37 @@ class ConvUnit(Unit):
 
     def forward(self, h_dst, carry, ctx, block=None, h_src=None):
         hs = self.drop(self._src(h_dst, block, h_src), _gid(block, True), ctx)
-        out = self.conv(block, hs)
+        return self._activate(self.conv(block, hs)), carry
+
+    def _activate(self, out: Tensor) -> Tensor:
         if self.act == "relu":
-            out = ops.relu(out)  # keeps 1 bit per value for backward, not the float output
-        elif self.act == "elu":
-            out = nn.functional.elu(out)
-        return out, carry
+            return ops.relu(out)  # keeps 1 bit per value for backward, not the float output
+        if self.act == "elu":
+            return nn.functional.elu(out)
+        return out
+
+    # The transform-first split. A conv that transforms its input row by row before it
+    # aggregates (GCN/SAGE wider in than out, GAT) computes the same rows of ``drop(h) W``
+    # for every block that reads a node; a caller that runs many blocks over the same
+    # input rows with the same weights (a pipeline stage's chunks over the input features)
+    # can transform every row once and hand each block its rows:
+    # ``forward(h_dst, carry, ctx, block, h_src)`` equals
+    # ``forward_transformed(z[rows], carry, ctx, block)`` with
+    # ``z = transform_input(x, gid, ctx)`` and ``h_src = x[rows]``, ``gid`` x's global ids.
+    def can_transform_input(self, h: Tensor) -> bool:
+        """Whether :meth:`transform_input` applies to inputs like ``h`` (dense rows of
+        ``in_dim``): the conv offers the split and transforms such input first."""
+        f = getattr(self.conv, "transforms_first", None)
+        return f is not None and h.layout == torch.strided and bool(f(h))
+
+    def transform_input(self, h: Tensor, gid: Tensor, ctx: RunCtx) -> Tensor:
+        """``drop(h) W`` for rows ``h`` whose global ids are ``gid`` (the dropout masks
+        are the per-node ones every block would draw)."""
+        return self.conv.transform(self.drop(h, gid, ctx))
+
+    def forward_transformed(self, z_src: Tensor, carry: dict, ctx: RunCtx, block: Block) -> tuple[Tensor, dict]:
+        """:meth:`forward` on the block's src rows already through :meth:`transform_input`."""
+        return self._activate(self.conv.propagate(block, z_src)), carry
 
     def convs(self):
         return [self.conv]

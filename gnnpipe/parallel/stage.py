@@ -159,6 +159,7 @@ class _ChunkState:
     out_req: list = field(default_factory=list)     # which outputs the root stands for: None (h) / carry keys
     box: list = field(default_factory=list)         # their gradients, filled at backward
     loss: torch.Tensor | None = None
+    z_sink: _GradSink | None = None                 # gradient of the chunk's rows of the epoch's input transform
 
 
 class NeighbourSource(Protocol):
@@ -367,6 +368,26 @@ class PipelineStage:
                     self.x_src.append(feature_rows(x, pos(np.concatenate([ids, ch.nbr_ids.cpu().numpy()]))).to(dev))
         self.state: dict[int, _ChunkState] = {}
         self.epoch = 0
+        # The epoch's input transform. A first unit that transforms its input row by row
+        # before aggregating (GCN/GAT wider in than out: ConvUnit.can_transform_input) would
+        # compute drop(x) W for every chunk's source rows: Σ_k |src(k)| rows, 4.9·N on
+        # Squirrel with 16 chunks, each row the same in every chunk (W changes once per
+        # epoch, the dropout masks are per node). So the stage transforms every row once
+        # per epoch at its first chunk, each chunk reads its rows of the result, their
+        # gradients add up in one [rows, d] buffer, and one backward through the transform
+        # at the epoch's last chunk gives W's gradient: the same sums in another order.
+        # Training only; one chunk (exact mode) and sparse features keep the unit's path.
+        self.x_gid: torch.Tensor | None = None
+        self._z = self._zd = self._gz = None  # the epoch's transform, detached, gradient
+        self._z_open = 0  # chunks that read it and have not yet run backward
+        u0 = self.units[0] if self.units else None
+        if (self.x is not None and len(chunks) > 1 and u0 is not None and u0.aggregates
+                and callable(getattr(u0, "can_transform_input", None)) and u0.can_transform_input(self.x)):
+            gid = torch.full((self.x.shape[0],), -1, dtype=torch.int64, device=dev)
+            for ch, ids in zip(chunks, self.x_src_ids):
+                gid[ids] = ch.block.src_gid.to(device=dev, dtype=torch.int64)
+            if bool((gid >= 0).all()):  # every row is some chunk's (else: the unit's path)
+                self.x_gid = gid
 
     def x_dst_rows(self, k: int) -> torch.Tensor:
         """Chunk k's own feature rows (first stage)."""
@@ -390,6 +411,8 @@ class PipelineStage:
     # ------------------------------------------------------------------ epoch
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        self._z = self._zd = self._gz = None
+        self._z_open = 0
         self.gather_s = 0.0  # seconds reading neighbour rows this epoch (EpochResult.actions)
         self.state.clear()
         if self.keep_masks is not None:
@@ -437,6 +460,8 @@ class PipelineStage:
         for g in list(self.gacc.values()) + list(self.gremote.values()):
             g.zero_()
         self.state.clear()
+        self._z = self._zd = self._gz = None
+        self._z_open = 0
         self._backward_phase = False
 
     def set_snapshot(self, snap: dict | None, rsnap: dict | None = None) -> None:
@@ -493,7 +518,9 @@ class PipelineStage:
                 carry[key] = t
         r0 = self.row0
         for pos, u in enumerate(self.units):
-            if u.aggregates:
+            if u.aggregates and self.first_unit == 0 and pos == 0 and training and self.x_gid is not None:
+                h, carry = self._forward_transformed(k, u, carry, ctx, st)
+            elif u.aggregates:
                 if self.first_unit == 0 and pos == 0:
                     h_src = self.x_src_rows(k)
                 elif self.source.fresh:
@@ -542,6 +569,20 @@ class PipelineStage:
             self.state[k] = st
         return h, carry_out
 
+    def _forward_transformed(self, k: int, u, carry: dict, ctx: RunCtx, st: _ChunkState):
+        """The first unit on chunk k through the epoch's input transform (see __init__)."""
+        if self._z is None:
+            self._z = u.transform_input(self.x, self.x_gid, ctx)
+            self._zd = self._z.detach()
+            self._gz = torch.zeros_like(self._zd)
+        ids = self.x_src_ids[k]
+        st.z_sink = sink = _GradSink()
+        t0 = time.perf_counter()
+        z_src = _Sunk.apply(sink.anchor, None, lambda: self._zd.index_select(0, ids), sink)
+        self.gather_s += time.perf_counter() - t0
+        self._z_open += 1
+        return u.forward_transformed(z_src, carry, ctx, self.chunks[k].block)
+
     def backward_chunk(self, k: int, grad_out: torch.Tensor | None, grad_carry: dict):
         """Backward of chunk ``k``; returns (grad of the chunk's input rows, grads of carry_in)."""
         self.begin_backward()
@@ -557,6 +598,13 @@ class PipelineStage:
         for pos, sink in st.nbr_leaves:
             if sink.grad is not None:
                 self.source.return_grads(self.gacc[pos], self.gremote.get(pos), sink.grad, k)
+        if st.z_sink is not None:
+            if st.z_sink.grad is not None:
+                self._gz.index_add_(0, self.x_src_ids[k], st.z_sink.grad)
+            self._z_open -= 1
+            if self._z_open == 0:  # the epoch's last chunk: W's gradient in one backward
+                torch.autograd.backward([self._z], [self._gz])
+                self._z = self._zd = self._gz = None
         grad_in = None
         if st.h_in is not None:
             grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape, device=self.device)
