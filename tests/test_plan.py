@@ -244,15 +244,16 @@ def test_paper_direction_physics(a5000):
         st = st.with_parts([real.part(8), real.part(1)])
     else:
         st = st.with_parts(estimate_part_info(34493, 495924, [8], chunks={1: [32]}))
-    for sp, uo in BAND:
-        assert _g_over_p(st, ModelSpec("gcn", 32, 100), a5000, sp, uo) < 1.0, (sp, uo)
-    # GCNII's pipeline loses only when a unit pass costs at least the fitted overhead: at
-    # half of it the model predicts a pipeline win. Checked where the fit puts it, and
-    # known to rest on that fit.
-    for sp, uo in BAND:
-        if uo >= 1.0:
-            assert _g_over_p(st, ModelSpec("gcnii", 32, 100), a5000, sp, uo) < 1.0, (sp, uo)
-    assert _g_over_p(st, ModelSpec("gcnii", 32, 100), a5000, 1.0, 0.5) > 1.0  # the fit matters here
+    # The pipeline loses only when a unit pass costs at least the fitted overhead: at half of
+    # it the model predicts a pipeline win. Checked where the fit puts it, and known to rest
+    # on that fit. (GCN used to lose over the whole band: its stage transformed the
+    # 8,415-wide input once per chunk that reads a row; it now transforms every row once per
+    # epoch, PipelineStage's epoch input transform, and behaves as GCNII does.)
+    for model in ("gcn", "gcnii"):
+        for sp, uo in BAND:
+            if uo >= 1.0:
+                assert _g_over_p(st, ModelSpec(model, 32, 100), a5000, sp, uo) < 1.0, (model, sp, uo)
+        assert _g_over_p(st, ModelSpec(model, 32, 100), a5000, 1.0, 0.5) > 1.0, model  # the fit matters here
 
 
 def test_paper_direction_reddit_shaped(a5000):

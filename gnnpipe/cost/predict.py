@@ -72,6 +72,7 @@ float32 the codec is free and every figure is what it was before the wire existe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
@@ -79,7 +80,7 @@ from typing import Sequence
 from gnnpipe._base import GnnpipeError
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.memory import ADAM_COPIES, block_bytes, dataset_bytes, feature_bytes, saved_bytes
-from gnnpipe.cost.profile import HardwareProfile
+from gnnpipe.cost.profile import HardwareProfile, load_profile, profiles_dir
 from gnnpipe.cost.units import codec_time, elem_time, param_count, unit_time, unit_works
 from gnnpipe.dims import ParallelDims
 from gnnpipe.partition import volume
@@ -367,10 +368,31 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     )
 
 
-def stage_blocks(stats: GraphStats, spec: ModelSpec, stages: int) -> list[tuple[int, int]]:
-    """The executor's layer assignment: :func:`assign_layers` over :func:`layer_costs`."""
-    costs = layer_costs(spec.model, spec.layers, stats.num_features, spec.hidden, stats.num_nodes,
-                        stats.num_edges, stats.num_classes, sparse_nnz=stats.sparse_nnz)
+#: The profile whose unit times balance a one-way pipeline's stages (:func:`stage_blocks`):
+#: always the shipped one, never a user's, so that every rank of a job computes the same split.
+BALANCE_PROFILE = "cpu-this-machine"
+
+
+@functools.lru_cache(maxsize=1)
+def balance_profile() -> HardwareProfile:
+    """:data:`BALANCE_PROFILE` as shipped (``gnnpipe/profiles``), not from the user's directory."""
+    return load_profile(profiles_dir() / f"{BALANCE_PROFILE}.toml")
+
+
+def stage_blocks(stats: GraphStats, spec: ModelSpec, stages: int, ways: int = 1,
+                 chunks: int = 1) -> list[tuple[int, int]]:
+    """The executor's layer assignment. One way: :func:`assign_layers` over
+    :func:`pipeline_unit_seconds` on :func:`balance_profile` (needs the plan's Σ_k |N(k)|
+    for ``chunks``: ``stats.part(1).chunk_nbrs``), so the stages are balanced by measured
+    unit costs, the wide input layer's, the history path's and the per-pass overheads
+    included (a FLOP count makes Squirrel's 2,089-wide input layer weigh as 12 hidden
+    layers; here it costs about 3). Several ways must agree on one split while their chunks
+    differ: :func:`layer_costs` (FLOPs of the whole graph)."""
+    if ways == 1:
+        costs = pipeline_unit_seconds(stats, spec, 1, chunks, balance_profile())
+    else:
+        costs = layer_costs(spec.model, spec.layers, stats.num_features, spec.hidden, stats.num_nodes,
+                            stats.num_edges, stats.num_classes, sparse_nnz=stats.sparse_nnz)
     return assign_layers(costs, stages)
 
 
@@ -438,31 +460,73 @@ def x_rows_of(N: int, rows: float, halo: float, ways: int) -> float:
     return float(N) if ways == 1 else float(min(N, rows + halo))
 
 
-def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
-    D, S, C = topo.ways, topo.stages, topo.chunks
-    s, d = spec.bytes_per_value, spec.hidden
+def pipeline_unit_seconds(stats: GraphStats, spec: ModelSpec, ways: int, chunks: int, prof: HardwareProfile,
+                          units: Sequence | None = None, notes: list[str] | None = None) -> list[float]:
+    """Compute seconds per epoch of each unit on a pipeline stage of the busiest way, on
+    ``prof`` alone (before ranks share cores; lossy wire codecs and the hybrid's exchanges
+    are the stage's, not the unit's): every unit pass (``2·C``), its GEMMs, SpMMs and
+    elementwise work, and per aggregating unit whose input is trained the history path (write
+    the chunk's rows, gather its out-of-chunk neighbour rows, concatenate; backward:
+    scatter-add their gradients) and, in a hybrid way, the other ways' rows.
+
+    Transforms on ``h_src`` (gcn, gat) run on every chunk's own + neighbour rows, except the
+    first unit's on dense features, which the stage runs once per epoch over the feature rows
+    it holds (:func:`epoch_input_transform`); each chunk gathers its rows of the result and
+    scatter-adds their gradients.
+    """
+    D, C = ways, chunks
+    s = spec.bytes_per_value
     N, E = stats.num_nodes, stats.num_edges
     pi = stats.part(D)
-    # The busiest way: its nodes, its edges (with neighbours in other ways), its halo.
     rows = pi.max_nodes
     frac_rows = rows / N
     frac_edges = pi.max_edges / max(E, 1)
-    blocks = stage_blocks(stats, spec, S)
+    notes = [] if notes is None else notes
+    nbrs = _chunk_nbrs(pi, C, notes)
+    frac_src = (rows + nbrs) / N
+    # With several chunks whose source rows outnumber the nodes, a stage hashes each node's
+    # dropout masks once per unit (PipelineStage.keep_masks) instead of per chunk.
+    frac_hashed = 1.0 if C > 1 and rows + nbrs > N else None
+    chunk_halo = _chunk_halo(pi, C, notes) if D > 1 else 0
+    out = []
+    for u in (unit_works(stats, spec) if units is None else units):
+        on_src = u.gemm_on_src and u.aggregates
+        epoch_x = on_src and epoch_input_transform(spec.model, u, stats, C)
+        frac_gemm = (x_rows_of(N, rows, pi.max_halo, D) / N) if epoch_x else (frac_src if on_src else frac_rows)
+        t = unit_time(u, prof, 0.0, 2 * C) + (
+            u.gemm_flops * frac_gemm / prof.gemm_flops_s
+            + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
+            + (elem_time(u, prof, frac_rows, frac_gemm) if epoch_x
+               else elem_time(u, prof, frac_rows, frac_src, frac_hashed)))
+        if epoch_x:
+            t += 2.0 * s * u.out_dim * (rows + nbrs) / prof.gather_bytes_s
+        if u.aggregates and not u.reads_features:
+            t += 2 * C * prof.chunk_overhead_s + s * u.in_dim * (2.0 * rows + 3.0 * nbrs) / prof.gather_bytes_s
+            if D > 1:
+                t += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
+        out.append(t)
+    return out
+
+
+def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
+    D, S, C = topo.ways, topo.stages, topo.chunks
+    s, d = spec.bytes_per_value, spec.hidden
+    N = stats.num_nodes
+    pi = stats.part(D)
+    # The busiest way: its nodes, its edges (with neighbours in other ways), its halo.
+    rows = pi.max_nodes
+    notes_v: list[str] = []
+    unit_secs = pipeline_unit_seconds(stats, spec, D, C, prof, units, notes_v)
+    blocks = stage_blocks(stats, spec, S, D, C)
     width = d * (2 if spec.h0 else 1)  # h0 travels beside the activations
     codecs: list[float] = []  # per stage, encode + decode per epoch (before the slow-down)
     stages: list[StageDetail] = []
     T, halo_T = [], []
     ranks_of_stage = lambda st: [w * S + st for w in range(D)]  # noqa: E731
-    notes_v: list[str] = []
     slow = prof.slowdown(D * S)
     # Rows a stage touches per aggregating unit and epoch: every chunk's own rows plus its
     # out-of-chunk neighbours (history rows; in the hybrid also the other ways' rows).
-    nbrs = _chunk_nbrs(pi, C, notes_v)
-    frac_src = (rows + nbrs) / N
-    # With several chunks whose source rows outnumber the nodes, a stage hashes each node's
-    # dropout masks once per unit (PipelineStage.keep_masks) instead of per chunk.
-    frac_hashed = 1.0 if C > 1 and rows + nbrs > N else None
-    chunk_halo = _chunk_halo(pi, C, notes_v) if D > 1 else 0
+    nbrs = _chunk_nbrs(pi, C, [])  # (noted by pipeline_unit_seconds when estimated)
     halo_m = pi.sum_m if D > 1 else 0  # rows between ways per layer and direction: Σ_w M_w
     for st, (a, b) in enumerate(blocks):
         comp = 0.0
@@ -475,26 +539,10 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         hist = act = 0.0
         for j in range(a, b):
             u = units[j]
-            # Transforms on h_src (gcn, gat) run on every chunk's own + neighbour rows, but
-            # the first unit's on the dense features runs once per epoch over the feature
-            # rows the stage holds (PipelineStage's epoch input transform); each chunk then
-            # gathers its source rows of the result and scatter-adds their gradients.
-            on_src = u.gemm_on_src and u.aggregates
-            epoch_x = on_src and epoch_input_transform(spec.model, u, stats, C)
-            frac_gemm = (x_rows_of(N, rows, pi.max_halo, D) / N) if epoch_x else (frac_src if on_src else frac_rows)
-            if epoch_x:
-                comp += 2.0 * s * u.out_dim * (rows + nbrs) / prof.gather_bytes_s
-            comp += unit_time(u, prof, 0.0, 2 * C) + (
-                u.gemm_flops * frac_gemm / prof.gemm_flops_s
-                + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
-                + (elem_time(u, prof, frac_rows, frac_gemm) if epoch_x
-                   else elem_time(u, prof, frac_rows, frac_src, frac_hashed)))
+            epoch_x = u.gemm_on_src and u.aggregates and epoch_input_transform(spec.model, u, stats, C)
+            comp += unit_secs[j]
             params += u.params
             if u.aggregates and not u.reads_features:
-                # History path per chunk: write the chunk's rows, gather its neighbour rows,
-                # concatenate; backward: scatter-add their gradients (and read the chunk's).
-                comp += (2 * C * prof.chunk_overhead_s
-                         + s * u.in_dim * (2.0 * rows + 3.0 * nbrs) / prof.gather_bytes_s)
                 # Two buffers of the way's rows at any time: history + cross-chunk gradients
                 # before the first snapshot, history (reused for the gradients in backward)
                 # + snapshot after it; in ``history_bytes`` per value (bfloat16: 2).
@@ -507,7 +555,6 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                     halo += 2 * _a2a_time(prof, ranks_of_stage(st), st, hb, hb, messages=C)
                     codec += 2 * codec_time(halo_m / D * u.in_dim, spec.wire)
                     n_coll += 2 * C
-                    comp += 4.0 * s * u.in_dim * chunk_halo / D / prof.gather_bytes_s
             # every chunk's saved tensors live until the flush: own + neighbour rows (the epoch
             # input transform: its input rows once, and the transform with its gradient)
             if epoch_x:

@@ -174,3 +174,4 @@ def assign_layers(costs: Sequence[float], stages: int) -> list[tuple[int, int]]:
     assert j == 0, "assign_layers: walk-back did not reach unit 0"
     blocks.reverse()
     return blocks
+
