@@ -3,8 +3,9 @@
 A first unit that transforms its input row by row before aggregating (GCN wider in than
 out, GAT) used to transform every chunk's source rows: Σ_k |src(k)| rows per epoch, each
 node's row once per chunk that reads it. The stage now transforms every row once per epoch
-and adds the chunks' gradients into one buffer. These tests check that this changes nothing
-but the summation order, that it is really taken (once per epoch, not per chunk), and where
+(when the first chunk that reads it runs), adds the chunks' gradients into one buffer, and
+back-propagates each piece of rows when its last reader's backward is done. These tests check that this changes nothing
+but the summation order, that it is really taken (each row once per epoch, not per chunk), and where
 it must not be (one chunk, aggregate-first widths).
 """
 
@@ -44,11 +45,15 @@ def _count_transforms(monkeypatch) -> list:
 def test_epoch_transform_equals_per_chunk_transform(model, monkeypatch):
     calls = _count_transforms(monkeypatch)
     losses, weights = _fit(model=model, chunks=5)
-    # taken: once per training epoch over every node's row, not once per chunk
-    assert calls == [(e, SMALL["synth_nodes"]) for e in range(SMALL["epochs"])], calls
+    # taken: every node's row once per training epoch (in pieces, as the chunks first read
+    # them), not once per chunk that reads it
+    for e in range(SMALL["epochs"]):
+        pieces = [n for ep, n in calls if ep == e]
+        assert 1 < len(pieces) <= 5 and sum(pieces) == SMALL["synth_nodes"], (e, pieces)
+    n_calls = len(calls)
     monkeypatch.setattr(U.ConvUnit, "can_transform_input", lambda self, h: False)
     ref_losses, ref_weights = _fit(model=model, chunks=5)
-    assert len(calls) == SMALL["epochs"]  # the per-chunk path never calls it
+    assert len(calls) == n_calls  # the per-chunk path never calls it
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     assert weights.keys() == ref_weights.keys()
     for k in weights:

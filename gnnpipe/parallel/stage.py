@@ -160,6 +160,7 @@ class _ChunkState:
     box: list = field(default_factory=list)         # their gradients, filled at backward
     loss: torch.Tensor | None = None
     z_sink: _GradSink | None = None                 # gradient of the chunk's rows of the epoch's input transform
+    z_piece: tuple | None = None                    # (rows, their transform) first transformed by this chunk
 
 
 class NeighbourSource(Protocol):
@@ -372,14 +373,20 @@ class PipelineStage:
         # before aggregating (GCN/GAT wider in than out: ConvUnit.can_transform_input) would
         # compute drop(x) W for every chunk's source rows: Σ_k |src(k)| rows, 4.9·N on
         # Squirrel with 16 chunks, each row the same in every chunk (W changes once per
-        # epoch, the dropout masks are per node). So the stage transforms every row once
-        # per epoch at its first chunk, each chunk reads its rows of the result, their
-        # gradients add up in one [rows, d] buffer, and one backward through the transform
-        # at the epoch's last chunk gives W's gradient: the same sums in another order.
-        # Training only; one chunk (exact mode) and sparse features keep the unit's path.
+        # epoch, the dropout masks are per node). So the stage transforms each row once per
+        # epoch, when the first chunk that reads it runs forward (its "piece" of rows: the
+        # work spreads over the chunks as the per-chunk transform's did, rather than stalling
+        # the pipeline's fill with all of it at once); each chunk reads its rows of the
+        # result, and their gradients add up in one [rows, d] buffer. Chunks run backward in
+        # the reverse of their forward order, so when chunk k's backward is done every chunk
+        # that reads its piece's rows (k and those after it) has added its gradient: the
+        # piece's backward through the transform then gives its share of W's gradient. The
+        # same sums in another order. Training only; one chunk (exact mode) and sparse
+        # features keep the unit's own path.
         self.x_gid: torch.Tensor | None = None
-        self._z = self._zd = self._gz = None  # the epoch's transform, detached, gradient
-        self._z_open = 0  # chunks that read it and have not yet run backward
+        self._zd = self._gz = None  # this epoch's transformed rows, their gradients
+        self._zdone: np.ndarray | None = None  # rows transformed this epoch (host: no device sync)
+        self._x_src_host: list[np.ndarray] = []
         u0 = self.units[0] if self.units else None
         if (self.x is not None and len(chunks) > 1 and u0 is not None and u0.aggregates
                 and callable(getattr(u0, "can_transform_input", None)) and u0.can_transform_input(self.x)):
@@ -388,6 +395,11 @@ class PipelineStage:
                 gid[ids] = ch.block.src_gid.to(device=dev, dtype=torch.int64)
             if bool((gid >= 0).all()):  # every row is some chunk's (else: the unit's path)
                 self.x_gid = gid
+                rows_x = self.x.shape[0]
+                self._zd = torch.zeros(rows_x, u0.out_dim, device=dev)
+                self._gz = torch.zeros(rows_x, u0.out_dim, device=dev)
+                self._zdone = np.zeros(rows_x, dtype=bool)
+                self._x_src_host = [ids.cpu().numpy() for ids in self.x_src_ids]
 
     def x_dst_rows(self, k: int) -> torch.Tensor:
         """Chunk k's own feature rows (first stage)."""
@@ -411,8 +423,7 @@ class PipelineStage:
     # ------------------------------------------------------------------ epoch
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
-        self._z = self._zd = self._gz = None
-        self._z_open = 0
+        self._reset_transform()
         self.gather_s = 0.0  # seconds reading neighbour rows this epoch (EpochResult.actions)
         self.state.clear()
         if self.keep_masks is not None:
@@ -460,8 +471,7 @@ class PipelineStage:
         for g in list(self.gacc.values()) + list(self.gremote.values()):
             g.zero_()
         self.state.clear()
-        self._z = self._zd = self._gz = None
-        self._z_open = 0
+        self._reset_transform()
         self._backward_phase = False
 
     def set_snapshot(self, snap: dict | None, rsnap: dict | None = None) -> None:
@@ -569,18 +579,26 @@ class PipelineStage:
             self.state[k] = st
         return h, carry_out
 
+    def _reset_transform(self) -> None:
+        if self._zdone is not None:
+            self._zdone[:] = False
+            self._gz.zero_()
+
     def _forward_transformed(self, k: int, u, carry: dict, ctx: RunCtx, st: _ChunkState):
         """The first unit on chunk k through the epoch's input transform (see __init__)."""
-        if self._z is None:
-            self._z = u.transform_input(self.x, self.x_gid, ctx)
-            self._zd = self._z.detach()
-            self._gz = torch.zeros_like(self._zd)
+        host = self._x_src_host[k]
+        new = host[~self._zdone[host]]  # this chunk's rows no earlier chunk transformed
+        if new.size:
+            self._zdone[new] = True
+            rows = torch.from_numpy(new).to(self.device)
+            z = u.transform_input(self.x.index_select(0, rows), self.x_gid.index_select(0, rows), ctx)
+            self._zd.index_copy_(0, rows, z.detach())
+            st.z_piece = (rows, z)
         ids = self.x_src_ids[k]
         st.z_sink = sink = _GradSink()
         t0 = time.perf_counter()
         z_src = _Sunk.apply(sink.anchor, None, lambda: self._zd.index_select(0, ids), sink)
         self.gather_s += time.perf_counter() - t0
-        self._z_open += 1
         return u.forward_transformed(z_src, carry, ctx, self.chunks[k].block)
 
     def backward_chunk(self, k: int, grad_out: torch.Tensor | None, grad_carry: dict):
@@ -598,13 +616,11 @@ class PipelineStage:
         for pos, sink in st.nbr_leaves:
             if sink.grad is not None:
                 self.source.return_grads(self.gacc[pos], self.gremote.get(pos), sink.grad, k)
-        if st.z_sink is not None:
-            if st.z_sink.grad is not None:
-                self._gz.index_add_(0, self.x_src_ids[k], st.z_sink.grad)
-            self._z_open -= 1
-            if self._z_open == 0:  # the epoch's last chunk: W's gradient in one backward
-                torch.autograd.backward([self._z], [self._gz])
-                self._z = self._zd = self._gz = None
+        if st.z_sink is not None and st.z_sink.grad is not None:
+            self._gz.index_add_(0, self.x_src_ids[k], st.z_sink.grad)
+        if st.z_piece is not None:  # every reader of the piece's rows is done: W's share
+            rows, z = st.z_piece
+            torch.autograd.backward([z], [self._gz.index_select(0, rows)])
         grad_in = None
         if st.h_in is not None:
             grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape, device=self.device)
