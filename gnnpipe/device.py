@@ -161,3 +161,15 @@ def reset_peak_memory(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def upload(rows, device: torch.device | str) -> torch.Tensor:
+    """Host-computed index data (a numpy int64 array) as a tensor on ``device``.
+
+    The one deliberate host-to-device transfer in the training loop (a pipeline stage's
+    rows of its epoch input transform, chosen on the host so that the device is never read
+    back): a copy, never a wait for device values. On the CPU the array's own memory.
+    """
+    t = torch.from_numpy(rows)
+    dev = torch.device(device)
+    return t if dev.type == "cpu" else t.to(dev, non_blocking=True)

@@ -14,7 +14,9 @@ context:
   :attr:`FakeDevice.host_reads`, with the gnnpipe frame that asked (:attr:`FakeDevice.read_sites`);
 * every plain CPU tensor of more than one element made by gnnpipe code outside
   ``gnnpipe/comm`` (the communicators stage a GPU's messages through host memory by design)
-  is recorded in :attr:`FakeDevice.cpu_made`, with the file and line that made it.
+  is recorded in :attr:`FakeDevice.cpu_made`, with the file and line that made it (the
+  deliberate uploads of host-chosen index data through :func:`gnnpipe.device.upload` are
+  counted in :attr:`FakeDevice.uploads` instead).
 
 The "device" is torch's ``meta`` device: it has no kernels (so nothing can run there by
 accident: the wrappers' data are CPU tensors) and, unlike a CUDA device on a CPU-only build,
@@ -199,6 +201,7 @@ class FakeDevice(TorchFunctionMode):
         self.host_reads = 0
         self.read_sites: Counter = Counter()
         self.cpu_made: Counter = Counter()
+        self.uploads = 0
         self._swap = None
 
     def __enter__(self):
@@ -230,6 +233,7 @@ class FakeDevice(TorchFunctionMode):
         self.host_reads = 0
         self.read_sites.clear()
         self.cpu_made.clear()
+        self.uploads = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -311,7 +315,11 @@ class _RecordCpu(torch.utils._python_dispatch.TorchDispatchMode):
                 if (isinstance(t, torch.Tensor) and not isinstance(t, OnDevice) and t.device.type == "cpu"
                         and t.numel() > 1 and not _on_device_csr(t)):
                     site = _caller()
-                    if site and not site.startswith("gnnpipe/comm/"):
+                    # (gnnpipe.device.upload: the deliberate host-to-device copy of index
+                    # data chosen on the host; its callers are recorded in ``uploads``)
+                    if site.startswith("gnnpipe/device.py"):
+                        self.fd.uploads += 1
+                    elif site and not site.startswith("gnnpipe/comm/"):
                         self.fd.cpu_made[f"{func} at {site}"] += 1
         return out
 

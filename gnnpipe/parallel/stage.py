@@ -53,6 +53,7 @@ import scipy.sparse as sp
 import torch
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.device import upload
 from gnnpipe.models import RunCtx, accuracy_counts, loss_fn, ops
 from gnnpipe.parallel.chunks import ChunkInfo
 from gnnpipe.parallel.executor import StaleOptions
@@ -590,7 +591,7 @@ class PipelineStage:
         new = host[~self._zdone[host]]  # this chunk's rows no earlier chunk transformed
         if new.size:
             self._zdone[new] = True
-            rows = torch.from_numpy(new).to(self.device)
+            rows = upload(new, self.device)  # host-chosen rows: no read of the device
             z = u.transform_input(self.x.index_select(0, rows), self.x_gid.index_select(0, rows), ctx)
             self._zd.index_copy_(0, rows, z.detach())
             st.z_piece = (rows, z)

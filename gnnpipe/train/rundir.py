@@ -116,6 +116,10 @@ def claim_run_dir(out: Path, resuming_here: bool, overwrite: bool) -> RunLock:
     if overwrite and resuming_here:
         raise GnnpipeError(f"--out {out}: --overwrite would delete the checkpoints --resume continues "
                            "from; give one of them")
+    # A system or working directory is refused whatever it holds, before anything (the lock
+    # file included) is written there.
+    if out.is_dir() and is_system_path(out):
+        raise GnnpipeError(f"--out {out}: a system or working directory; choose a folder of its own for the run")
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise GnnpipeError(f"--out {out}: exists and is {describe(out)}; a run needs a directory "
                            "(gnnpipe never writes over a file), choose another --out")
@@ -165,12 +169,12 @@ def _check_contents(out: Path, resuming_here: bool, overwrite: bool) -> None:
     Other files (a launcher's log, say) are left alone and do not stop the run: it adds only
     :data:`RUN_OUTPUTS`, and those must not exist unless they are this run's to continue.
     """
+    if is_system_path(out):  # (claim_run_dir refuses it first; kept for other callers)
+        raise GnnpipeError(f"--out {out}: a system or working directory; choose a folder of its own for the run")
     names = {p.name for p in out.iterdir()} - {LOCK_FILE}
     outputs = sorted(names & set(RUN_OUTPUTS))
     if not outputs or resuming_here:
         return
-    if is_system_path(out):
-        raise GnnpipeError(f"--out {out}: a system or working directory; choose a folder of its own for the run")
     if "config.json" in outputs and not _is_run_config(out / "config.json"):
         raise GnnpipeError(f"--out {out}: holds a config.json that no gnnpipe run wrote; gnnpipe will not "
                            "replace it, choose another --out")
