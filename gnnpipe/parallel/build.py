@@ -140,22 +140,19 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     chunks_all = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, deg, orig=plan.perm,
                               only=range(way * C, (way + 1) * C))
     chunks = [ch.to(device) for ch in chunks_all[way * C : (way + 1) * C]]
-    nnz = graph.features.nnz if graph.sparse_features else None
     if mcfg.model == USER_MODEL:  # the chain's own estimate (the cost model knows built-ins only)
         costs = model.unit_costs(graph.num_nodes, graph.num_edges)
-    else:
-        costs = None
-    if costs is not None and len(costs) != len(units):
-        raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
-    if costs is not None:
+        if len(costs) != len(units):
+            raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
         a, b = assign_layers(costs, S)[s_idx]
     else:
         # The cost model's split (gnnpipe.cost.stage_blocks, which its predictions use too):
         # one way balances measured unit costs over this plan's chunks (every rank sees the
         # same chunks, so every rank computes the same split); several ways, FLOPs.
-        stats = GraphStats(graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes, nnz,
-                           parts={1: PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, chunk_nbrs={
-                               C: sum(int(ch.nbr_ids.numel()) for ch in chunks_all[:C])})} if D == 1 else {})
+        nnz = graph.features.nnz if graph.sparse_features else None
+        nbrs = sum(int(ch.nbr_ids.numel()) for ch in chunks_all[:C]) if D == 1 else 0
+        parts = {1: PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, chunk_nbrs={C: nbrs})} if D == 1 else {}
+        stats = GraphStats(graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes, nnz, parts=parts)
         a, b = stage_blocks(stats, ModelSpec(mcfg.model, mcfg.layers, mcfg.hidden, mcfg.heads), S, D, C)[s_idx]
     pipe, cross = build_groups(comm, dims)
     # the stage's neighbour rows: its own history, or the other ways' through the link

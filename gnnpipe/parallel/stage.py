@@ -360,7 +360,8 @@ class PipelineStage:
         if first_unit == 0 and _is_dense(x):
             self.x = (x if isinstance(x, torch.Tensor)
                       else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))).to(dev)
-            self.x_src_ids = [torch.from_numpy(pos(ch.src_ids().cpu().numpy())).to(dev) for ch in chunks]
+            host_src = [pos(ch.src_ids().cpu().numpy()) for ch in chunks]
+            self.x_src_ids = [torch.from_numpy(ids).to(dev) for ids in host_src]
             self.x_dst_off = [int(pos([ch.lo])[0]) for ch in chunks]
         elif first_unit == 0:
             for ch in chunks:
@@ -400,7 +401,7 @@ class PipelineStage:
                 self._zd = torch.zeros(rows_x, u0.out_dim, device=dev)
                 self._gz = torch.zeros(rows_x, u0.out_dim, device=dev)
                 self._zdone = np.zeros(rows_x, dtype=bool)
-                self._x_src_host = [ids.cpu().numpy() for ids in self.x_src_ids]
+                self._x_src_host = host_src  # (read back from the device never)
 
     def x_dst_rows(self, k: int) -> torch.Tensor:
         """Chunk k's own feature rows (first stage)."""
