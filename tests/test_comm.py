@@ -516,3 +516,15 @@ def test_packed_detects_views_of_one_buffer():
     assert _packed([torch.empty(0, 3), buf[2:7]])[1:] == ([0, 60], [0, 0], 60)
     assert _packed(list(reversed(pieces))) is None  # out of peer order
     assert _packed([buf[:, :2]]) is None  # not contiguous
+
+
+def test_new_group_keeps_the_callers_rank_order_or_refuses_where_torch_cannot():
+    """torch 2.11 (the GPU machine's) has no ``sort_ranks`` and numbers a group's ranks in
+    ascending order: ascending groups go through unchanged, any other is refused by name
+    before a process group is made (it would number ranks differently from gnnpipe)."""
+    from gnnpipe.comm.torch_backend import new_group_order_kwargs
+
+    assert new_group_order_kwargs([[2, 0], [1, 3]], has_sort_ranks=True) == {"sort_ranks": False}
+    assert new_group_order_kwargs([[0, 1], [2, 3]], has_sort_ranks=False) == {}
+    with pytest.raises(CommUsageError, match=r"group \[2, 0\] is not in ascending rank order"):
+        new_group_order_kwargs([[1, 3], [2, 0]], has_sort_ranks=False)

@@ -17,6 +17,7 @@ read from the rendezvous store.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -488,12 +489,13 @@ class TorchCommunicator(Communicator):
                 "torch backend; split the world communicator into the final groups instead"
             )
         result = None
+        order = new_group_order_kwargs([[self.global_ranks[r] for r in g] for g in groups],
+                                       "sort_ranks" in inspect.signature(dist.new_group).parameters)
         for gi, g in enumerate(groups):
             # Every process enters new_group for every group, in the same order: that is
-            # what torch.distributed requires. sort_ranks=False keeps the caller's order.
+            # what torch.distributed requires.
             pg = dist.new_group(ranks=[self.global_ranks[r] for r in g],
-                                timeout=timedelta(seconds=self.timeout_s),
-                                sort_ranks=False)
+                                timeout=timedelta(seconds=self.timeout_s), **order)
             if gi == mine:
                 result = TorchCommunicator(g.index(self.rank), len(g),
                                            [self.global_ranks[r] for r in g], self.stats,
@@ -517,6 +519,26 @@ class TorchCommunicator(Communicator):
             dist.destroy_process_group()
         elif self._group is not None:
             dist.destroy_process_group(self._group)
+
+
+def new_group_order_kwargs(groups: Sequence[Sequence[int]], has_sort_ranks: bool) -> dict:
+    """``dist.new_group``'s keywords that keep each group's ranks in the caller's order.
+
+    ``sort_ranks=False`` does that where torch has it (2.13 does; 2.11, the device
+    machine's, does not and always sorts). Without it a group must already be in ascending
+    global-rank order (gnnpipe's own hybrid groups are), or its ranks would be numbered
+    differently by torch and by the sub-communicator: refused, naming the group.
+    """
+    if has_sort_ranks:
+        return {"sort_ranks": False}
+    for g in groups:
+        if list(g) != sorted(g):
+            raise CommUsageError(
+                f"split_groups: group {list(g)} is not in ascending rank order, and this torch "
+                f"({torch.__version__}) numbers a group's ranks in ascending order only "
+                "(its new_group has no sort_ranks); list each group's ranks in ascending order "
+                "or use torch >= 2.13")
+    return {}
 
 
 def init_torch(launch: LaunchInfo, device: torch.device, timeout_s: float, init_method: str | None,
