@@ -20,6 +20,8 @@ import sys
 import torch
 from torch import Tensor
 
+from gnnpipe.models import fused
+
 _M32 = 0xFFFFFFFF
 _MIX_C = 0x45D9F3B  # < 2**27: x * _MIX_C < 2**59 for x < 2**32, so int64 products never overflow
 # Dropout compares 24 hash bits with p * 2**24: keep-rate resolution 6e-8.
@@ -103,9 +105,12 @@ def keep_mask(gid: Tensor, num_cols: int, p: float, seed: int, epoch: int, unit:
     kr, kc = stream_keys(seed, epoch, unit)
     r = row_keys(gid, kr)
     c = row_keys(torch.arange(num_cols, device=gid.device), kc)
+    thresh = int(round(p * (1 << _KEEP_BITS)))
+    if fused.enabled(r):  # one kernel on a GPU instead of ~13 passes
+        return fused.call(fused.keep_from_keys, r, c, thresh, (1 << _KEEP_BITS) - 1)
     e = r[:, None] ^ c[None, :]
     e = _lowbias32_(e)
-    return e.bitwise_and_((1 << _KEEP_BITS) - 1) >= int(round(p * (1 << _KEEP_BITS)))
+    return e.bitwise_and_((1 << _KEEP_BITS) - 1) >= thresh
 
 
 def keep_mask_sparse(
@@ -206,6 +211,8 @@ def hashed_dropout(h: Tensor, gid: Tensor, p: float, seed: int, epoch: int, unit
         keep = keep_mask(gid, h.shape[1], p, seed, epoch, unit)
     if h.requires_grad and torch.is_grad_enabled():
         return _HashedDropout.apply(h, keep, p)
+    if fused.enabled(h):
+        return fused.call(fused.keep_mul, h, keep, scale)
     return h * keep.to(h.dtype).mul_(scale)
 
 
@@ -231,6 +238,8 @@ def pack_bits(mask: Tensor) -> Tensor:
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
     f = flat.view(-1, 8)
+    if fused.enabled(f):
+        return fused.call(fused.pack8, f)
     out = f[:, 0].clone()
     for j in range(1, 8):
         out |= f[:, j] << j
@@ -264,11 +273,15 @@ class _HashedDropout(torch.autograd.Function):
     def forward(ctx, h, keep, p):  # type: ignore[override]
         ctx.save_for_backward(pack_bits(keep))
         ctx.p, ctx.shape = p, keep.shape
+        if fused.enabled(h):
+            return fused.call(fused.keep_mul, h, keep, 1.0 / (1.0 - ctx.p))
         return h * keep.to(h.dtype).mul_(1.0 / (1.0 - ctx.p))
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         (packed,) = ctx.saved_tensors
+        if fused.enabled(g) and g.shape == ctx.shape:
+            return fused.call(fused.unpack_mul, g.contiguous(), packed, 1.0 / (1.0 - ctx.p)), None, None
         keep = unpack_bits(packed, ctx.shape)
         return g * keep.to(g.dtype).mul_(1.0 / (1.0 - ctx.p)), None, None
 
@@ -292,6 +305,8 @@ class _ReLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         (packed,) = ctx.saved_tensors
+        if fused.enabled(g) and g.shape == ctx.shape:
+            return fused.call(fused.unpack_where, g.contiguous(), packed)
         return g.masked_fill(unpack_bits(packed, ctx.shape).logical_not_(), 0)
 
 
