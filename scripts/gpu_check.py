@@ -14,7 +14,10 @@ Parts, each timed and reported on its own (a part that fails is recorded, not fa
   gnnpipe's epoch against PyG's fastest path on the same GPU (GCNConv on a cached,
   pre-normalised CSR ``adj_t``; and ``edge_index``), and the epoch's roofline from the
   device's measured copy bandwidth and GEMM / SpMM rates.
-* peak GPU memory of every run.
+* ``profile``: the cost model's GPU profile, measured (``gnnpipe.cost.calibrate.calibrate_device``:
+  GEMM, SpMM, copy, the unit fit, the history path), written as ``<out>/gpu_profile.toml``.
+* ``pytest``: the ``cuda``-marked tests (``tests/test_cuda.py``) on the device.
+* peak GPU memory of every run; the top kernels of one gnnpipe GCN-32 epoch (``<out>/kernels.txt``).
 
 Writes ``<out>/gpu_check.json`` and ``<out>/gpu_check.md``. ``--device cpu --small`` is the
 dry run that must pass on a CPU before the device time is spent.
@@ -49,6 +52,7 @@ from gnnpipe.config import TrainConfig  # noqa: E402
 from gnnpipe.models import MODELS, Block, ModelConfig, RunCtx, build_model, loss_fn, ops  # noqa: E402
 
 RESULTS: dict = {}
+OUT: list[Path] = []  # where report() writes, set by main(): every finished part is written at once
 
 
 def log(msg: str) -> None:
@@ -68,6 +72,8 @@ def part(name: str):
                 RESULTS[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             RESULTS[name]["seconds"] = round(time.perf_counter() - t0, 1)
             log(f"   {name}: {'ok' if RESULTS[name]['ok'] else 'FAILED'} in {RESULTS[name]['seconds']} s")
+            if OUT:  # a check cut off by its time limit still leaves every finished part
+                report(OUT[0], quiet=True)
         return run
     return deco
 
@@ -141,6 +147,9 @@ def _torchrun(n: int, args: list[str], out: Path, timeout: int) -> tuple[int, st
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": "2"}
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    if p.returncode != 0 and OUT:  # the whole of a failed run's output, every rank's error in it
+        with open(OUT[0] / "ranks_failures.log", "a") as f:
+            f.write(f"==== {' '.join(args)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
     return p.returncode, p.stdout[-3000:] + p.stderr[-3000:]
 
 
@@ -149,17 +158,19 @@ def _metrics(out: Path) -> list[dict]:
 
 
 @part("ranks")
-def ranks(dev: torch.device, small: bool, tmp: Path) -> dict:
+def ranks(dev: torch.device, small: bool, tmp: Path, only: list[str] | None = None) -> dict:
     size = {"synth_nodes": 400, "layers": 4} if small else {}
     base = ["--dataset", "sbm", "--synth-nodes", str(size.get("synth_nodes", 3000)), "--synth-degree", "10",
             "--synth-features", "64", "--synth-classes", "6", "--model", "gcnii", "--layers",
             str(size.get("layers", 8)), "--hidden", "64", "--epochs", "3", "--eval-every", "3",
-            "--device", dev.type, "--method", "random", "--exact"]
+            "--device", dev.type, "--method", "random", "--exact", "--debug"]
     cfg = _cfg(model="gcnii", mode="graph", **size)
     ref = _one_process(cfg, dev.type)
     rows, ok = [], True
     for n, mode, extra in ((2, "graph", []), (4, "graph", []), (2, "pipeline", []), (4, "pipeline", []),
                            (4, "hybrid", ["--ways", "2"])):
+        if only and f"{mode}{n}" not in only:
+            continue
         out = tmp / f"{mode}{n}"
         backend = ["--comm-backend", "gloo"] if dev.type == "cuda" else []
         rc, text = _torchrun(n, base + ["--mode", mode, *extra, *backend], out, 300)
@@ -211,7 +222,7 @@ def _epoch_time(step, dev: torch.device, epochs: int) -> float:
 
 
 @part("speed")
-def speed(dev: torch.device, small: bool) -> dict:
+def speed(dev: torch.device, small: bool, out: Path) -> dict:
     from torch_geometric.nn import GCNConv
 
     from gnnpipe.data.synthetic import sbm
@@ -237,10 +248,20 @@ def speed(dev: torch.device, small: bool) -> dict:
         opt.zero_grad()
         loss_fn(m(block, x, RunCtx(True, ep, 0)), y, train, normalizer=int(train.sum())).backward()
         opt.step()
+    if dev.type == "cuda":  # the same epoch with the elementwise chains unfused (gnnpipe.models.fused)
+        os.environ["GNNPIPE_COMPILE"] = "0"
+        res["gnnpipe_unfused_s"] = _epoch_time(ours, dev, epochs)
+        os.environ.pop("GNNPIPE_COMPILE")
+        log(f"   gnnpipe GCN-{L} unfused (GNNPIPE_COMPILE=0): {res['gnnpipe_unfused_s']:.4f} s/epoch")
     device.reset_peak_memory(dev)
+    t0 = time.perf_counter()
     res["gnnpipe_s"] = _epoch_time(ours, dev, epochs)
+    res["gnnpipe_first_epochs_s"] = round(time.perf_counter() - t0, 1)  # the compile is in the warm-up
     res["gnnpipe_peak_gpu_mb"] = peak_mb(dev)
+    from gnnpipe.models import fused
+    res["fused_failed"] = sorted(fused._FAILED)
     log(f"   gnnpipe GCN-{L}: {res['gnnpipe_s']:.4f} s/epoch, peak {res['gnnpipe_peak_gpu_mb']} MiB")
+    res["kernels"] = _kernel_table(ours, dev, out / "kernels.txt", f"gnnpipe GCN-{L}, {n} nodes, {nnz} edges, d={d}")
     del m, opt, block
 
     # PyG's fastest path: GCNConv on a cached, pre-normalised CSR adj_t (and on edge_index)
@@ -320,14 +341,58 @@ def speed(dev: torch.device, small: bool) -> dict:
     return res
 
 
-def report(out: Path) -> None:
+def _kernel_table(step, dev: torch.device, path: Path, title: str) -> list[dict]:
+    """One epoch under torch.profiler: the 25 costliest kernels (self time on the device)
+    into ``path``; the top 8 returned for the JSON."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        step(99)
+        device.synchronize(dev)
+    ka = prof.key_averages()
+    key = "self_cpu_time_total"
+    if dev.type == "cuda":
+        key = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
+    path.write_text(f"# {title}: one epoch, sorted by {key}\n" + ka.table(sort_by=key, row_limit=25) + "\n")
+    rows = sorted(ka, key=lambda e: getattr(e, key), reverse=True)[:8]
+    return [{"name": e.key[:80], "self_ms": round(getattr(e, key) / 1e3, 3), "calls": e.count} for e in rows]
+
+
+@part("profile")
+def gpu_profile(dev: torch.device, small: bool, out: Path) -> dict:
+    from gnnpipe.cost import calibrate as cal
+    from gnnpipe.cost.profile import profile_toml
+
+    prof, comments = cal.calibrate_device(dev, quick=small, say=lambda line: log(f"   {line}"))
+    (out / "gpu_profile.toml").write_text(profile_toml(prof, comments))
+    fig = {k: getattr(prof, k) for k in ("gemm_flops_s", "spmm_edge_width_s", "mem_bytes_s", "unit_overhead_s",
+                                          "gather_bytes_s", "chunk_overhead_s", "dropout_values_s", "base_mem_bytes")}
+    log(f"   {prof.name}: " + ", ".join(f"{k} {v:.3g}" for k, v in fig.items()))
+    return {"name": prof.name, **fig, "fit": [c.strip() for c in comments if "measured" in c and "modelled" in c]}
+
+
+@part("pytest")
+def cuda_tests(dev: torch.device, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", "tests/test_cuda.py"]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    (out / "pytest_cuda.log").write_text(p.stdout + p.stderr)
+    last = (p.stdout.strip().splitlines() or [""])[-1]
+    log(f"   pytest -m cuda: rc {p.returncode}: {last}")
+    # on a GPU every test must pass; on the CPU dry run they skip, saying so
+    return {"ok": p.returncode == 0 or (dev.type == "cpu" and "skipped" in last), "rc": p.returncode, "summary": last}
+
+
+def report(out: Path, quiet: bool = False) -> None:
     (out / "gpu_check.json").write_text(json.dumps(RESULTS, indent=2) + "\n")
     lines = [f"# gpu_check {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
     for name, r in RESULTS.items():
         lines.append(f"- **{name}**: {'ok' if r.get('ok') else 'FAILED'} ({r.get('seconds')} s)"
                      + (f" — {r['error']}" if "error" in r else ""))
     (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if not quiet:
+        print("\n".join(lines))
 
 
 def main(argv=None) -> int:
@@ -335,10 +400,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "results/gpu_check"))
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--small", action="store_true", help="tiny sizes: the CPU dry run")
-    ap.add_argument("--only", nargs="*", default=["env", "exact", "ranks", "speed"])
+    ap.add_argument("--ranks", nargs="*", default=None,
+                    help="the multi-rank runs to do, e.g. graph2 hybrid4 (default: graph2 graph4 pipeline2 "
+                         "pipeline4 hybrid4)")
+    ap.add_argument("--only", nargs="*", default=["env", "exact", "speed", "profile", "ranks", "pytest"])
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    OUT.append(out)
     dev = torch.device("cuda", 0) if a.device == "cuda" else torch.device("cpu")
     if dev.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; use --device cpu --small for the dry run", file=sys.stderr)
@@ -349,10 +418,14 @@ def main(argv=None) -> int:
             env(dev)
         if "exact" in a.only:
             exact(dev, a.small)
-        if "ranks" in a.only:
-            ranks(dev, a.small, tmp)
         if "speed" in a.only:
-            speed(dev, a.small)
+            speed(dev, a.small, out)
+        if "profile" in a.only:
+            gpu_profile(dev, a.small, out)
+        if "ranks" in a.only:
+            ranks(dev, a.small, tmp, a.ranks)
+        if "pytest" in a.only:
+            cuda_tests(dev, out)
     finally:
         report(out)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -198,6 +198,30 @@ def test_calibrate_writes_the_user_profile_dir(tmp_path, monkeypatch, capsys):
     assert load_profile("cpu-this-machine").unit_overhead_s == pytest.approx(2e-4)
 
 
+def test_calibrate_device_runs_the_gpu_measurements_on_the_cpu_as_a_dry_run():
+    """The GPU calibration's code path (GEMM/SpMM/copy ceilings, the unit fit on the larger
+    cases, the history path) on the CPU at small sizes: a profile for ``--device cuda`` whose
+    every rate is measured (positive) and whose links are said to be assumed."""
+    from gnnpipe.cost import calibrate as cal
+
+    prof, comments = cal.calibrate_device("cpu", "dry", quick=True)
+    assert prof.name == "dry" and prof.device == "cuda"
+    for k in ("gemm_flops_s", "spmm_edge_width_s", "mem_bytes_s", "gather_bytes_s", "dropout_values_s"):
+        assert getattr(prof, k) > 0, k
+    assert len([c for c in comments if "modelled" in c]) == len(cal.UNIT_FIT_CASES_GPU)
+    assert any("Links NOT measured" in c for c in comments)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_calibrate_device_cuda_without_a_gpu_says_so_in_one_line(capsys, tmp_path):
+    from gnnpipe.cli.plan import main
+
+    assert main(["calibrate", "--device", "cuda", "--out", str(tmp_path / "g.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--device cuda: torch sees no CUDA device" in err[0]
+    assert not (tmp_path / "g.toml").exists()
+
+
 def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
     """4 stages on 2 cores: the busiest stage runs at max(its own work, the host's demand
     over the cores) — not at its work times ranks/cores when the other stages wait."""

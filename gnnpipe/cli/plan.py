@@ -397,8 +397,8 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         "Measure this machine; write a hardware profile into the user profile directory "
         f"(${PROFILE_DIR_ENV}, default ./profiles/), where the planner finds it before the shipped ones."))
     ap.add_argument("--out", type=Path, default=None,
-                    help=f"profile file (default <${PROFILE_DIR_ENV} or ./profiles>/cpu-this-machine.toml; "
-                         "never the shipped gnnpipe/profiles/)")
+                    help=f"profile file (default <${PROFILE_DIR_ENV} or ./profiles>/cpu-this-machine.toml, or "
+                         "gpu-<name>.toml with --device cuda; never the shipped gnnpipe/profiles/)")
     ap.add_argument("--thorough", action="store_true",
                     help="larger problems, more repetitions and 3 contention rounds (several minutes; the default "
                          "takes under a minute on an idle machine)")
@@ -414,11 +414,24 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profile", default="cpu-this-machine",
                     help="--network: the profile the link figures go into (default cpu-this-machine; written to the "
                          "user profile directory unless --out says otherwise)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: measure this process's GPU instead (GEMM, SpMM, copy, units, history path; the links "
+                         "are the h100-nvlink profile's data-sheet figures) and write gpu-<name>.toml")
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
     if args.network:
+        if args.device != "cpu":
+            raise GnnpipeError("--network measures the emulated hosts' links, not a GPU: drop --device cuda")
         return _calibrate_network(args)
-    out = args.out or user_profiles_dir() / "cpu-this-machine.toml"
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise GnnpipeError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
+        name = "gpu-" + "-".join(torch.cuda.get_device_name(0).lower().replace("nvidia", "").split())
+    else:
+        name = "cpu-this-machine"
+    out = args.out or user_profiles_dir() / f"{name}.toml"
     # The shipped profiles are tracked, hand-merged files: a measurement never rewrites one.
     if out.resolve().parent == profiles_dir().resolve():
         raise GnnpipeError(f"--out {out}: that is a shipped profile; write to {user_profiles_dir()}/ "
@@ -430,8 +443,11 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     # start stays fast).
     from gnnpipe.cost import calibrate as cal
 
-    prof, comments = cal.calibrate(thorough=args.thorough, p2p=not args.no_p2p,
-                                   say=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
+    say = lambda line: print(f"{PROG}: {line}", file=sys.stderr)  # noqa: E731
+    if args.device == "cuda":
+        prof, comments = cal.calibrate_device("cuda", name, quick=not args.thorough, say=say)
+    else:
+        prof, comments = cal.calibrate(thorough=args.thorough, p2p=not args.no_p2p, say=say)
     cores = os.cpu_count() or 1
     text = profile_toml(prof, comments)
     try:
@@ -441,7 +457,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
     print(text)
     print(f"{PROG}: wrote {out} in {time.perf_counter() - t_start:.0f} s (load {load0:.1f} -> "
-          f"{os.getloadavg()[0]:.1f} on {cores} cores); the planner's --profile cpu-this-machine now reads it"
+          f"{os.getloadavg()[0]:.1f} on {cores} cores); the planner's --profile {prof.name} now reads it"
           + (f" while the current directory is {Path.cwd()}" if not os.environ.get(PROFILE_DIR_ENV) and not args.out
              else ""), file=sys.stderr)
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import multiprocessing
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import psutil
 import torch
 from scipy.optimize import nnls
 
+from gnnpipe import device
 from gnnpipe._base import GnnpipeError
 from gnnpipe.cost.inputs import GraphStats, ModelSpec
 from gnnpipe.cost.profile import HardwareProfile
@@ -64,19 +66,25 @@ def _p2p_rank(comm, sizes: Sequence[int], reps: int = 20) -> dict:
     return out
 
 
-def _timeit(fn, reps: int, best: bool = False, cpu: bool = True) -> float:
+def _timeit(fn, reps: int, best: bool = False, cpu: bool = True, dev: torch.device | None = None) -> float:
     """Median (or, with ``best``, the fastest) of ``reps`` timed calls after one warm-up.
 
     With ``cpu`` (the default) the clock is this thread's CPU time, not the wall clock:
     the single-threaded kernels measured here then do not count the time other processes
     on a shared machine hold the core (what is left is cache and memory-bandwidth sharing).
+    On a GPU (``dev``) the clock is the wall clock with the device synchronised around each
+    call: the kernels run asynchronously, and the host's CPU time says nothing of them.
     """
-    clock = time.thread_time if cpu else time.perf_counter
+    gpu = dev is not None and dev.type != "cpu"
+    clock = time.perf_counter if gpu or not cpu else time.thread_time
+    sync = (lambda: device.synchronize(dev)) if gpu else (lambda: None)  # noqa: E731
     fn()
+    sync()
     ts = []
     for _ in range(reps):
         t0 = clock()
         fn()
+        sync()
         ts.append(clock() - t0)
     return min(ts) if best else statistics.median(ts)
 
@@ -151,6 +159,24 @@ UNIT_FIT_CASES = (
 )
 
 
+#: The same fit on a GPU: graphs 50 times larger (up to 12 M edges), so that the kernels run
+#: well past their launch overhead, and one tiny case that is nothing but that overhead.
+UNIT_FIT_CASES_GPU = (
+    ("gcn", 300, 8, 32, 32), ("gcn", 150000, 40, 256, 64), ("gcn", 400000, 15, 64, 128),
+    ("gcn", 100000, 120, 128, 96), ("gcnii", 300, 8, 32, 32), ("gcnii", 150000, 40, 256, 64),
+    ("gcnii", 400000, 15, 64, 128), ("gcnii", 100000, 120, 128, 96), ("gcnii", 600000, 6, 32, 48),
+)
+
+
+def _single_thread(dev: torch.device | None) -> torch.device:
+    """The device to measure on (the CPU by default), with one torch thread on the CPU:
+    every rank here runs with one thread."""
+    dev = torch.device("cpu") if dev is None else torch.device(dev)
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
+    return dev
+
+
 def _random_csr(n: int, deg: int, seed: int):
     rng = np.random.default_rng(seed)
     src = rng.integers(0, n, size=n * deg // 2)
@@ -165,27 +191,28 @@ def _random_csr(n: int, deg: int, seed: int):
     return indptr, cols.astype(np.int64)
 
 
-def measure_dropout(quick: bool = False) -> float:
+def measure_dropout(quick: bool = False, dev: torch.device | None = None) -> float:
     """Hashed dropout (:func:`gnnpipe.models.ops.hashed_dropout`), forward + backward, on a
     [20000, 128] block of rows: values per second of this thread's CPU time (the
     counter-based hash per value costs several elementwise passes, so the model gives it
-    its own rate: ``dropout_values_s``)."""
-    torch.set_num_threads(1)
+    its own rate: ``dropout_values_s``). On a GPU (``dev``), 50 times the rows, wall clock."""
+    dev = _single_thread(dev)
     n, w = (5000, 128) if quick else (20000, 128)
-    h = torch.randn(n, w, requires_grad=True)
-    gid = torch.arange(n)
-    g = torch.ones(n, w)
+    n *= 1 if dev.type == "cpu" else 50
+    h = torch.randn(n, w, device=dev, requires_grad=True)
+    gid = torch.arange(n, device=dev)
+    g = torch.ones(n, w, device=dev)
     ep = [0]
 
     def step():
         ep[0] += 1
         ops.hashed_dropout(h, gid, 0.5, 0, ep[0], 1).backward(g)
 
-    return n * w / _timeit(step, 3 if quick else 7, best=True)
+    return n * w / _timeit(step, 3 if quick else 7, best=True, dev=dev)
 
 
 def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = False,
-                  dropout_values_s: float = 0.0) -> dict:
+                  dropout_values_s: float = 0.0, dev: torch.device | None = None) -> dict:
     """Fit the SpMM and elementwise rates and the per-pass overhead to real gnnpipe units.
 
     For each :data:`UNIT_FIT_CASES` graph, a 4-layer model of :mod:`gnnpipe.models` runs
@@ -203,24 +230,24 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
         ``{"spmm_edge_width_s", "mem_bytes_s", "unit_overhead_s", "fit": [(case, measured s,
         modelled s)]}``.
     """
-    torch.set_num_threads(1)
+    dev = _single_thread(dev)
     reps = 2 if quick else 4
     rows, ys, names, drop_values = [], [], [], []
-    for i, (model, n, deg, F, d) in enumerate(UNIT_FIT_CASES):
+    for i, (model, n, deg, F, d) in enumerate(UNIT_FIT_CASES if dev.type == "cpu" else UNIT_FIT_CASES_GPU):
         if quick:
             n = max(n // 4, 200)
         indptr, indices = _random_csr(n, deg, i)
-        blk = Block.full(indptr, indices)
+        blk = Block.full(indptr, indices).to(dev)
         K, L = 8, 4
-        m = build_model(ModelConfig(model, F, K, L, d), 0)
-        x = torch.randn(n, F)
+        m = build_model(ModelConfig(model, F, K, L, d), 0).to(dev)
+        x = torch.randn(n, F, device=dev)
 
         def step(ep=[0]):
             ep[0] += 1
             out = m(blk, x, RunCtx(training=True, epoch=ep[0], seed=0))
             out.sum().backward()
 
-        t = _timeit(step, reps, best=True)
+        t = _timeit(step, reps, best=True, dev=dev)
         st = GraphStats(n, int(indices.size), F, K)
         us = unit_works(st, ModelSpec(model, L, d))
         if dropout_values_s > 0:
@@ -244,21 +271,22 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
             "unit_overhead_s": float(coef[2]), "fit": list(zip(names, ys, modelled.tolist()))}
 
 
-def measure_chunk_path(quick: bool = False) -> dict:
+def measure_chunk_path(quick: bool = False, dev: torch.device | None = None) -> dict:
     """The pipeline's per-chunk history path, as :class:`gnnpipe.parallel.stage.PipelineStage`
     runs it per aggregating unit: write the chunk's rows into the history, gather the
     out-of-chunk rows (``index_select``), concatenate, and in backward ``index_add_`` their
     gradients. Fits ``time = chunk_overhead_s + bytes / gather_bytes_s`` over sizes, with
     bytes = 4·d·(2·rows + 3·neighbour rows).
     """
-    torch.set_num_threads(1)
-    N, d = 20000, 64
-    hist = torch.zeros(N, d)
-    gacc = torch.zeros(N, d)
+    dev = _single_thread(dev)
+    scale = 1 if dev.type == "cpu" else 20  # a GPU: sizes well past the launch overhead
+    N, d = 20000 * scale, 64
+    hist = torch.zeros(N, d, device=dev)
+    gacc = torch.zeros(N, d, device=dev)
     xs, ys = [], []
-    for rows, nbrs in ((16, 32), (500, 2000), (2000, 8000), (5000, 15000)):
-        h = torch.randn(rows, d, requires_grad=True)
-        ids = torch.from_numpy(np.sort(np.random.default_rng(rows).choice(N, nbrs, replace=False)))
+    for rows, nbrs in ((16, 32), (500 * scale, 2000 * scale), (2000 * scale, 8000 * scale), (5000 * scale, 15000 * scale)):
+        h = torch.randn(rows, d, device=dev, requires_grad=True)
+        ids = torch.from_numpy(np.sort(np.random.default_rng(rows).choice(N, nbrs, replace=False))).to(dev)
 
         def path():
             hist[0:rows] = h.detach()
@@ -267,7 +295,7 @@ def measure_chunk_path(quick: bool = False) -> dict:
             src.sum().backward()
             gacc.index_add_(0, ids, nbr.grad)
 
-        ys.append(_timeit(path, 5 if quick else 15, best=True))
+        ys.append(_timeit(path, 5 if quick else 15, best=True, dev=dev))
         xs.append(4.0 * d * (2 * rows + 3 * nbrs))
     slope, icpt = np.polyfit(xs, ys, 1)
     return {"gather_bytes_s": 1.0 / max(slope, 1e-15), "chunk_overhead_s": max(float(icpt), 0.0)}
@@ -521,4 +549,103 @@ def calibrate(thorough: bool = False, p2p: bool = True,
     comments.append(f"Load average while measuring: {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
                     f"on {cores} cores (other processes slow every figure down; calibrate on an idle machine).")
     comments.append(f"Memory per device: total RAM / cores = {total / cores / 2**30:.1f} GiB; the node's devices are its cores.")
+    return prof, comments
+
+
+def _gpu_rates(dev: torch.device, quick: bool = False) -> dict:
+    """The GPU's kernel ceilings, measured: a large GEMM (float32), the bare CSR SpMM by width
+    (cuSPARSE through ``torch.sparse.mm``), and a device-to-device copy (bytes read + written).
+    ``quick``: 1/64 of the sizes (the CPU dry run)."""
+    n = 1 << (14 if quick else 20)
+    a = torch.randn(n, 256, device=dev)
+    w = torch.randn(256, 256, device=dev)
+    res = {"rows": n, "gemm_flops_s": 2.0 * n * 256 * 256 / _timeit(lambda: a @ w, 10, best=True, dev=dev)}
+    del a, w
+    nn_, deg = n, 20
+    indptr, indices = _random_csr(nn_, deg, 7)
+    adj = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                  torch.ones(indices.size), size=(nn_, nn_)).to(dev)
+    per_w = {}
+    for width in (16, 64, 128):
+        x = torch.randn(nn_, width, device=dev)
+        per_w[width] = indices.size * width / _timeit(lambda: torch.sparse.mm(adj, x), 10, best=True, dev=dev)
+    res["spmm_by_width"] = per_w
+    del adj, x
+    big = torch.randn((4 if quick else 256) * 2**20 // 4, device=dev)
+    dst = torch.empty_like(big)
+    res["mem_bytes_s"] = 2.0 * big.nbytes / _timeit(lambda: dst.copy_(big), 10, best=True, dev=dev)
+    return res
+
+
+def calibrate_device(dev: torch.device | str, name: str = "", quick: bool = False,
+                     say: Callable[[str], None] = lambda line: None) -> tuple[HardwareProfile, list[str]]:
+    """Measure one GPU for the cost model: the compute half of a profile.
+
+    GEMM, SpMM and copy ceilings (:func:`_gpu_rates`), hashed dropout, the unit fit on larger
+    graphs (:data:`UNIT_FIT_CASES_GPU`) and the history path, all timed by the wall clock with
+    the device synchronised. Base memory is what one rank's CUDA context and a tiny training
+    run hold on the device beyond the model's tensors.
+
+    The links are not measured: one GPU has no peer. ``intra_*``/``inter_*`` are the
+    ``h100-nvlink`` profile's data-sheet figures (NVLink 4 in a node, 400 Gb/s between
+    nodes), said so in the comments; ``calibrate --network`` or an edit replaces them.
+
+    On the CPU (``dev="cpu"``, with ``quick``) the same code runs at small sizes: the dry run
+    of the device check, not a CPU profile (that is :func:`calibrate`).
+
+    Returns:
+        ``(profile, comments)`` as :func:`calibrate`.
+    """
+    dev = torch.device(dev)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise GnnpipeError(f"calibrate_device: {dev} is no CUDA device this process can use "
+                           "(torch.cuda.is_available() is False); calibrate a CPU with calibrate()")
+    gpu = dev.type == "cuda"
+    gpu_name = torch.cuda.get_device_properties(dev).name if gpu else f"CPU dry run ({platform.processor() or 'cpu'})"
+    name = name or "gpu-" + "-".join(gpu_name.lower().replace("nvidia", "").split())
+    say(f"measuring GEMM, SpMM and copy on {gpu_name}")
+    total = torch.cuda.mem_get_info(dev)[1] if gpu else psutil.virtual_memory().total
+    m = _gpu_rates(dev, quick)
+    say("hashed dropout, the unit fit on larger graphs, the history path")
+    drop_s = measure_dropout(quick=quick, dev=dev)
+    mu = measure_units(m["gemm_flops_s"], m["spmm_by_width"][64], quick=quick, dropout_values_s=drop_s, dev=dev)
+    mc = measure_chunk_path(quick=quick, dev=dev)
+    # the context and what stays on the device after the work, caches emptied: what a rank
+    # holds besides its tensors (at least 500 MB, a CUDA context's usual size)
+    if gpu:
+        torch.cuda.empty_cache()
+    base_mem = max(float(total - torch.cuda.mem_get_info(dev)[0]) if gpu else 0.0, 5e8)
+    ref = HardwareProfile(name="h100-nvlink", gemm_flops_s=1, spmm_edge_width_s=1, mem_bytes_s=1, unit_overhead_s=0,
+                          intra_bw_bytes_s=3.5e11, intra_latency_s=5e-6, inter_bw_bytes_s=4.5e10,
+                          inter_latency_s=8e-6, devices_per_node=8, mem_bytes=1)
+    prof = HardwareProfile(
+        name=name, device="cuda",
+        gemm_flops_s=m["gemm_flops_s"], spmm_edge_width_s=mu["spmm_edge_width_s"], mem_bytes_s=mu["mem_bytes_s"],
+        unit_overhead_s=mu["unit_overhead_s"],
+        intra_bw_bytes_s=ref.intra_bw_bytes_s, intra_latency_s=ref.intra_latency_s,
+        inter_bw_bytes_s=ref.inter_bw_bytes_s, inter_latency_s=ref.inter_latency_s,
+        devices_per_node=ref.devices_per_node, mem_bytes=float(total), base_mem_bytes=base_mem,
+        cores_per_host=float(ref.devices_per_node), gather_bytes_s=mc["gather_bytes_s"],
+        chunk_overhead_s=mc["chunk_overhead_s"], dropout_values_s=drop_s,
+        description=f"{gpu_name} ({total / 2**30:.0f} GiB), measured; links assumed 8 per node on NVLink 4, "
+                    "400 Gb/s between nodes",
+        source=f"gnnpipe-plan calibrate --device cuda, {datetime.date.today().isoformat()}, torch {torch.__version__}",
+    )
+    spmm = ", ".join(f"d={w}: {v / 1e9:.0f} G" for w, v in m["spmm_by_width"].items())
+    comments = [
+        f"Measured on one {gpu_name} by `gnnpipe-plan calibrate --device cuda` (torch {torch.__version__}, "
+        f"CUDA {torch.version.cuda}); wall clock, device synchronised, fastest of the repeats.",
+        f"GEMM: [{m['rows']} x 256] @ [256 x 256] float32, {m['gemm_flops_s'] / 1e12:.1f} TFLOP/s.",
+        f"SpMM kernel (torch.sparse.mm, random CSR, {m['rows']} rows, degree ~20), edge*width/s by width: {spmm}.",
+        f"Hashed dropout, forward + backward, [{20000 * (1 if not gpu else 50) // (4 if quick else 1)} x 128]: {drop_s / 1e9:.1f} G values/s.",
+        "spmm_edge_width_s, mem_bytes_s and unit_overhead_s: fitted (NNLS, relative errors) to real gnnpipe units, "
+        "4-layer models on random graphs (cost.calibrate.UNIT_FIT_CASES_GPU), after the GEMM and dropout time:",
+        *[f"  {case}: measured {t * 1e3:.2f} ms, modelled {f * 1e3:.2f} ms" for case, t, f in mu["fit"]],
+        f"Copy bandwidth (read + write): {m['mem_bytes_s'] / 1e9:.0f} GB/s.",
+        f"History path (write, gather, cat, scatter-add): {mc['chunk_overhead_s'] * 1e6:.0f} us + bytes / "
+        f"{mc['gather_bytes_s'] / 1e9:.0f} GB/s per chunk and unit.",
+        f"Memory: {total / 2**30:.1f} GiB on the device; base {base_mem / 2**20:.0f} MiB (context and caches).",
+        "Links NOT measured (one GPU, no peer): the h100-nvlink profile's data-sheet figures, NVLink 4 "
+        "(350 GB/s, 5 us) in a node of 8, 400 Gb/s InfiniBand (45 GB/s, 8 us) between nodes.",
+    ]
     return prof, comments
