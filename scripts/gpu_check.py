@@ -26,6 +26,7 @@ dry run that must pass on a CPU before the device time is spent.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -109,6 +110,10 @@ def _cfg(**kw) -> TrainConfig:
 def _one_process(cfg: TrainConfig, kind: str) -> dict:
     from gnnpipe.train.loop import train
 
+    # cfg.device must name the device too: the executor computes on the communicator's
+    # device only where the two agree (gnnpipe.train.setup.compute_device). The check of
+    # 2026-12-04 missed this, and its 'exact' part compared the CPU with itself (peak 0 MiB).
+    cfg = dataclasses.replace(cfg, device=kind)
     comm = init_communicator("single", device=kind)
     dev = comm.compute_device
     device.reset_peak_memory(dev)
@@ -129,9 +134,11 @@ def exact(dev: torch.device, small: bool) -> dict:
         g = _one_process(cfg, dev.type)
         c = _one_process(cfg, "cpu")
         rel = _rel(g["losses"], c["losses"])
+        # on a GPU the run must have used it: a peak of 0 bytes means it trained on the CPU
+        used = dev.type == "cpu" or bool(g["peak_gpu_mb"])
         rows.append({"model": model, "losses_device": g["losses"], "losses_cpu": c["losses"], "max_rel": rel,
-                     "peak_gpu_mb": g["peak_gpu_mb"], "ok": rel <= 1e-4})
-        ok &= rel <= 1e-4
+                     "peak_gpu_mb": g["peak_gpu_mb"], "ok": rel <= 1e-4 and used})
+        ok &= rel <= 1e-4 and used
         log(f"   {model}: max relative loss difference {rel:.2e}, peak {g['peak_gpu_mb']} MiB")
     gid = torch.arange(0, 200_000, 7, dtype=torch.int64)
     masks_equal = all(
