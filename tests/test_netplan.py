@@ -216,3 +216,38 @@ def test_bench_cluster_predictor_takes_the_rows_measured_link():
     assert half > 1.3 * same and a2a > 1.3 * same, (same, half, a2a)
     assert fn({**row, "network": {"bw_bytes_s": 1.0, "latency_s": 1.0, "a2a_factor": 9.0}}, 50_000_000) \
         == fn(row, 50_000_000)  # measured at 25 Mbit/s: not taken for another rate
+
+
+def test_cpu_share_ranks_slows_compute_like_one_host_while_the_links_stay_the_hosts():
+    """Emulated hosts on one machine: with ``cpu_share_ranks`` = 4 on a 2-core profile the 4
+    one-rank hosts time-share the cores (slowdown as for 4 ranks on one host), while every
+    pair of ranks still talks over the inter-host link."""
+    p = with_link(load_profile("cpu-this-machine"), 100_000_000, 1)
+    shared = replace(p, cpu_share_ranks=4)
+    assert p.slowdown(4) == 1.0 and p.ranks_on_host(4) == 1
+    assert shared.ranks_on_host(4) == 4
+    assert shared.slowdown(4) == pytest.approx(shared.shared_slowdown * shared.oversub_slowdown * 4 / p.cores_per_host)
+    assert shared.link(0, 1) == p.link(0, 1) == (p.inter_bw_bytes_s, p.inter_latency_s)
+
+
+def test_bench_cluster_predictor_charges_the_shared_cores():
+    """The sweep's predictor gives the cell's ranks this machine's cores to share: its epoch
+    is the planner's for the profile with ``cpu_share_ranks`` = world, slower than with a
+    host's cores per rank."""
+    from gnnpipe.bench import cluster as BC
+    from gnnpipe.config import parse_config
+    from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, predict
+    from gnnpipe.data.load import load_graph_for
+    from gnnpipe.dims import ParallelDims
+
+    tiny = [*BC.GRAPHS["tiny"], "--model", "gcn", "--layers", "4", "--hidden", "16", "--seed", "0"]
+    row = {"graph": "tiny", "model": "gcn", "mode": "graph", "rate_bps": 100_000_000, "epoch_s": 0.1,
+           "world": 4, "ranks_per_host": 1, "args": [*tiny, *BC.mode_flags("graph", 4)]}
+    got = BC.make_predictor("cpu-this-machine")(row, 100_000_000)
+    cfg, _ = parse_config(row["args"])
+    topo = ParallelDims.from_config(cfg, 4)
+    st = graph_stats_from_graph(load_graph_for(cfg), sorted({topo.ways, 2}), seed=0, chunks=chunk_counts([topo]))
+    p = with_link(load_profile("cpu-this-machine"), 100_000_000, 1)
+    spec = ModelSpec("gcn", 4, 16)
+    assert got == pytest.approx(predict(st, spec, topo, replace(p, cpu_share_ranks=4)).epoch_s, rel=1e-9)
+    assert got > predict(st, spec, topo, p).epoch_s

@@ -118,6 +118,12 @@ def test_optional_profile_fields_round_trip_and_validate(tmp_path, cpu):
     path.write_text(bad)
     with pytest.raises(GnnpipeError, match=r"p\.toml: field profile\.oversub_slowdown"):
         load_profile(path)
+    path.write_text(profile_toml(replace(cpu, cpu_share_ranks=4)))
+    back = load_profile(path)
+    assert back.cpu_share_ranks == 4 and isinstance(back.cpu_share_ranks, int) and back.ranks_on_host(8) == 4
+    path.write_text(path.read_text().replace("cpu_share_ranks = 4", "cpu_share_ranks = 2.5"))
+    with pytest.raises(GnnpipeError, match=r"p\.toml: field profile\.cpu_share_ranks"):
+        load_profile(path)
 
 
 def test_validate_repredicts_stored_epoch_results(tmp_path, capsys):

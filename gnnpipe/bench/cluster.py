@@ -43,9 +43,9 @@ runs :func:`gnnpipe.cost.netcal.measure_network` on a cluster of the sweep's hos
 rate (point-to-point bandwidth and latency, all-to-all against point-to-point), writes it to
 ``sweep-<time>/network/<rate>.json`` and copies it into every row of that rate (``network``);
 the predictor takes a row's measured link over the nominal ``rate / 8`` (``--network quick``:
-fewer sizes; ``off``: nominal). What it does not see: the emulated hosts share this machine's cores,
-while the profile gives every host its own, so on more ranks than cores the predicted
-compute is too low (by up to ranks/cores).
+fewer sizes; ``off``: nominal). The emulated hosts share this machine's cores: the predictor
+sets the profile's ``cpu_share_ranks`` to the cell's world, so the compute slows down as it
+does for that many ranks on one host while the links stay the hosts' own.
 """
 
 from __future__ import annotations
@@ -207,7 +207,9 @@ def make_predictor(profile: str = "cpu-this-machine") -> PredictFn:
                     graphs[gkey], sorted({topo.ways, 2}), seed=cfg.seed, chunks=chunk_counts([topo])))
             spec = ModelSpec(cfg.model, cfg.layers, cfg.hidden, cfg.heads,
                              history_bytes=2 if cfg.history_dtype == "bfloat16" else 4, wire=cfg.wire)
-            prof = with_link(base, rate_bps, int(row.get("ranks_per_host", 1)))
+            # the links are the emulated hosts' own; the cores are this machine's, shared by
+            # every rank of the cell (cpu_share_ranks)
+            prof = replace(with_link(base, rate_bps, int(row.get("ranks_per_host", 1))), cpu_share_ranks=world)
             net = row.get("network")
             if net and rate_bps == row.get("rate_bps"):
                 prof = replace(prof, inter_bw_bytes_s=float(net["bw_bytes_s"]),
@@ -463,12 +465,14 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
     line per mode. The unshaped cells sit at the right, one step past the fastest rate,
     labelled ``unshaped``. A dotted vertical line marks where graph and pipeline change order
     (float32). Lossy wire formats are drawn in the mode's colour, open markers on a dotted
-    line (no predicted line). One legend below the panels.
+    line (no predicted line). Up to 3 panels a row, log time axis; one legend below the panels.
 
     Returns:
         the PNG's path.
     """
     plt = C.pyplot()
+    from matplotlib.ticker import LogLocator, NullFormatter
+
     ok = [r for r in rows if "error" not in r]
     panels = list(dict.fromkeys((r["graph"], r["model"]) for r in ok)) or [("none", "")]
     shaped = sorted({r["rate_bps"] for r in ok if r["rate_bps"]}) or [10**8]
@@ -477,8 +481,13 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
     def x_of(bps):
         return (bps if bps else x_unshaped) / 1e6
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, layout="constrained")
-    for ax, (g, m) in zip(axes[0], panels):
+    # at most 3 panels a row; epoch times span 1-80 s, so a log axis shows the fast modes too
+    ncol = min(3, len(panels))
+    nrow = -(-len(panels) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.3 * nrow + 0.4), squeeze=False, layout="constrained")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (g, m) in zip(axes.flat, panels):
         pts: dict[str, list[tuple[float, float]]] = {}
         for mode in MODES:
             for wire in WIRE_FORMATS[1:]:
@@ -511,8 +520,12 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
         hosts = f", {first['hosts']} hosts × {first.get('ranks_per_host', 1)} rank" if "hosts" in first else ""
         ax.set_title(f"{g} {shape}{hosts}", fontsize=9)
         ax.set_xlabel("link rate per host (Mbit/s)")
-        ax.set_ylabel("epoch time (s)")
-        ax.set_ylim(bottom=0)
+        ax.set_ylabel("epoch time (s, log)")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 1 2 5 10 20 50: plain numbers
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.grid(True, which="major", axis="y", lw=0.3, alpha=0.5)
     handles, labels = axes[0][0].get_legend_handles_labels()
     C.legend_below(fig, handles, labels, ncol=3)
     return C.save_fig(fig, path)

@@ -51,6 +51,8 @@ PROFILE_OPTIONAL = {
                          "mem_bytes_s)", 0.0),
     "a2a_factor": ("an all-to-all's inter-node bytes take this many times as long as the same bytes "
                    "point-to-point (gnnpipe-plan calibrate --network), > 0", 1.0),
+    "cpu_share_ranks": ("ranks that share one node's cores whatever the links say: emulated hosts "
+                        "on one machine (gnnpipe.cluster) run every rank on its cores (0: devices_per_node)", 0),
 }
 
 
@@ -81,6 +83,7 @@ class HardwareProfile:
     oversub_slowdown: float = 1.0
     dropout_values_s: float = 0.0  # 0: ELEM_PASSES·s/2 bytes per value at mem_bytes_s
     a2a_factor: float = 1.0  # 1: an all-to-all moves bytes as fast as point-to-point
+    cpu_share_ranks: int = 0  # 0: devices_per_node (a node's ranks are the ones sharing its cores)
     #: ``gnnpipe-train --device`` on this machine (``cpu`` or ``cuda``): the planner's
     #: recommended command carries it.
     device: str = "cpu"
@@ -94,8 +97,9 @@ class HardwareProfile:
             object.__setattr__(self, "gather_bytes_s", float(self.mem_bytes_s))
 
     def ranks_on_host(self, world: int) -> int:
-        """Ranks on the busiest node (consecutive ranks fill a node)."""
-        return max(1, min(world, self.devices_per_node))
+        """Ranks sharing the busiest node's cores (consecutive ranks fill a node; with
+        ``cpu_share_ranks``, that many whatever the links: emulated hosts on one machine)."""
+        return max(1, min(world, int(self.cpu_share_ranks or self.devices_per_node)))
 
     def slowdown(self, world: int) -> float:
         """Factor on every rank's compute for ``world`` ranks.
@@ -218,9 +222,9 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
         v = tab[k]
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0 or (
             v == 0 and k in ("cores_per_host", "gather_bytes_s", "a2a_factor")
-        ) or (k.endswith("_slowdown") and v < 1):
+        ) or (k.endswith("_slowdown") and v < 1) or (k == "cpu_share_ranks" and v != int(v)):
             raise GnnpipeError(f"{p}: field profile.{k} must be a positive number, got {v!r} ({what})")
-        kw[k] = float(v)
+        kw[k] = int(v) if k == "cpu_share_ranks" else float(v)
     kw["devices_per_node"] = int(kw["devices_per_node"])
     dev = tab.get("device", "cpu")
     if dev not in ("cpu", "cuda"):
