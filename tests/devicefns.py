@@ -20,7 +20,7 @@ def _run(comm, cfg, fd: FakeDevice | None) -> dict:
     graph = load_graph_for(cfg)
     ex, _ = setup.build_executor(cfg, comm, graph)
     out = {"cpu_after_build": cpu_tensors(ex) if fd is not None else [], "cpu_made": [], "host_reads": [],
-           "read_sites": [], "losses": []}
+           "read_sites": [], "uploads": [], "losses": []}
     for e in range(2):
         if fd is not None:
             fd.reset()
@@ -33,6 +33,7 @@ def _run(comm, cfg, fd: FakeDevice | None) -> dict:
             out["cpu_made"].append(dict(fd.cpu_made))
             out["host_reads"].append(fd.host_reads)
             out["read_sites"].append(dict(fd.read_sites))
+            out["uploads"].append(fd.uploads)
         out["losses"].append(r.loss)
     out["acc"] = ex.evaluate(2)
     if fd is not None:
