@@ -127,3 +127,21 @@ def test_chunk_to():
         assert torch.equal(m.src_ids().cpu(), ch.src_ids())
     assert (m.lo, m.hi, m.index) == (ch.lo, ch.hi, ch.index)
     assert m.nbr_ids.device.type == "meta" and m.block.device.type == "meta"
+
+
+def test_a_gpu_communicator_with_a_cpu_config_is_refused_not_run_on_the_cpu():
+    """The device check of 2026-12-04 trained on the CPU for a while without anyone seeing it:
+    its communicator was made for cuda and its TrainConfig kept the default device cpu. Such a
+    pair is now refused, naming both and the way out."""
+    from types import SimpleNamespace
+
+    from gnnpipe.config import TrainConfig
+    from gnnpipe.train.setup import compute_device
+
+    comm = SimpleNamespace(compute_device=torch.device("cuda", 0))
+    with pytest.raises(GnnpipeError, match=r"computes on cuda:0 but the config says --device cpu.*device='cuda'"):
+        compute_device(TrainConfig(), comm)
+    assert compute_device(TrainConfig(device="cuda"), comm) == torch.device("cuda", 0)
+    cpu = SimpleNamespace(compute_device=torch.device("cpu"))
+    assert compute_device(TrainConfig(), cpu) == torch.device("cpu")
+    assert compute_device(TrainConfig(device="cuda"), SimpleNamespace()) == torch.device("cuda")

@@ -89,6 +89,12 @@ def compute_device(cfg, comm) -> torch.device:
     dev = getattr(comm, "compute_device", None)
     if dev is not None and dev.type == cfg.device:
         return dev
+    if dev is not None and dev.type != "cpu":
+        # A communicator set up for a GPU and a config that says CPU: training on the CPU
+        # would "pass" while the user meant the GPU (issue 19), so neither is guessed.
+        raise GnnpipeError(f"the communicator computes on {dev} but the config says --device {cfg.device}: "
+                           f"set device={dev.type!r} in the TrainConfig (--device {dev.type}), or make the "
+                           f"communicator with device={cfg.device!r}")
     return torch.device(cfg.device)
 
 
