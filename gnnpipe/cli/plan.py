@@ -423,12 +423,10 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         if args.device != "cpu":
             raise GnnpipeError("--network measures the emulated hosts' links, not a GPU: drop --device cuda")
         return _calibrate_network(args)
-    if args.device == "cuda":
-        import torch
+    if args.device == "cuda":  # (torch loads here, after --help and the argument errors)
+        from gnnpipe.cost.calibrate import gpu_profile_name
 
-        if not torch.cuda.is_available():
-            raise GnnpipeError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
-        name = "gpu-" + "-".join(torch.cuda.get_device_name(0).lower().replace("nvidia", "").split())
+        name = gpu_profile_name()
     else:
         name = "cpu-this-machine"
     out = args.out or user_profiles_dir() / f"{name}.toml"

@@ -577,6 +577,17 @@ def _gpu_rates(dev: torch.device, quick: bool = False) -> dict:
     return res
 
 
+def gpu_profile_name(dev: torch.device | str = "cuda") -> str:
+    """``gpu-<name>`` of this process's GPU (``gpu-h200`` for an NVIDIA H200).
+
+    Raises:
+        GnnpipeError: torch sees no CUDA device.
+    """
+    if not torch.cuda.is_available():
+        raise GnnpipeError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
+    return "gpu-" + "-".join(torch.cuda.get_device_name(torch.device(dev)).lower().replace("nvidia", "").split())
+
+
 def calibrate_device(dev: torch.device | str, name: str = "", quick: bool = False,
                      say: Callable[[str], None] = lambda line: None) -> tuple[HardwareProfile, list[str]]:
     """Measure one GPU for the cost model: the compute half of a profile.
@@ -602,7 +613,7 @@ def calibrate_device(dev: torch.device | str, name: str = "", quick: bool = Fals
                            "(torch.cuda.is_available() is False); calibrate a CPU with calibrate()")
     gpu = dev.type == "cuda"
     gpu_name = torch.cuda.get_device_properties(dev).name if gpu else f"CPU dry run ({platform.processor() or 'cpu'})"
-    name = name or "gpu-" + "-".join(gpu_name.lower().replace("nvidia", "").split())
+    name = name or (gpu_profile_name(dev) if gpu else "gpu-cpu-dry-run")
     say(f"measuring GEMM, SpMM and copy on {gpu_name}")
     total = torch.cuda.mem_get_info(dev)[1] if gpu else psutil.virtual_memory().total
     m = _gpu_rates(dev, quick)
