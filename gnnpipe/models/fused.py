@@ -52,6 +52,10 @@ def call(fn: Callable, *args):
         return fn(*args)
     compiled = _COMPILED.get(name)
     if compiled is None:
+        # the first call compiles (seconds: the first epoch on a GPU is that much longer)
+        if not _COMPILED:
+            log.info("compiling the fused GPU kernels on first use (once per process, a few seconds; "
+                     "GNNPIPE_COMPILE=0 runs them unfused)")
         compiled = _COMPILED[name] = torch.compile(fn, dynamic=True)
     try:
         return compiled(*args)
