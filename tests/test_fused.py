@@ -11,6 +11,7 @@ import shutil
 import pytest
 import torch
 
+from gnnpipe import GnnpipeError
 from gnnpipe.models import fused, ops
 
 LOW = (1 << ops._KEEP_BITS) - 1
@@ -106,6 +107,12 @@ def test_gnnpipe_compile_0_turns_the_fused_path_off(monkeypatch):
     assert fused.enabled(t)
     monkeypatch.setenv("GNNPIPE_COMPILE", "0")
     assert not fused.enabled(t)
+    for off in ("false", "OFF", "no"):
+        monkeypatch.setenv("GNNPIPE_COMPILE", off)
+        assert not fused.enabled(t)
+    monkeypatch.setenv("GNNPIPE_COMPILE", "flase")
+    with pytest.raises(GnnpipeError, match=r"GNNPIPE_COMPILE='flase': expected 1 .*0 .*force"):
+        fused.enabled(t)
 
 
 def test_dropout_and_relu_take_the_fused_path_where_enabled_with_equal_results(monkeypatch):

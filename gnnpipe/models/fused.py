@@ -30,6 +30,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from gnnpipe._base import GnnpipeError
+
 log = logging.getLogger(__name__)
 
 #: functions compiled so far, and those whose compilation failed (eager from then on)
@@ -37,11 +39,30 @@ _COMPILED: dict[str, Callable] = {}
 _FAILED: set[str] = set()
 
 
+#: ``GNNPIPE_COMPILE``'s values: on (the default), off, and on for every device
+_MODES = {"": "on", "1": "on", "true": "on", "yes": "on", "on": "on",
+          "0": "off", "false": "off", "no": "off", "off": "off", "force": "force"}
+
+
+def mode() -> str:
+    """``on``, ``off`` or ``force``, from ``GNNPIPE_COMPILE`` (unset: on).
+
+    Raises:
+        GnnpipeError: any other value (a typo must not silently leave the kernels on).
+    """
+    raw = os.environ.get("GNNPIPE_COMPILE", "1")
+    m = _MODES.get(raw.strip().lower())
+    if m is None:
+        raise GnnpipeError(f"GNNPIPE_COMPILE={raw!r}: expected 1 (fuse on GPUs, the default), 0 (never) or "
+                           "force (on every device, to try the GPU path on a CPU)")
+    return m
+
+
 def enabled(t: Tensor) -> bool:
-    """True where ``t``'s elementwise chains run fused: a CUDA tensor, ``GNNPIPE_COMPILE`` not 0
-    (``GNNPIPE_COMPILE=force`` fuses on every device: the CPU dry run of the GPU path)."""
-    mode = os.environ.get("GNNPIPE_COMPILE", "1")
-    return mode == "force" or (t.is_cuda and mode != "0")
+    """True where ``t``'s elementwise chains run fused: a CUDA tensor, unless ``GNNPIPE_COMPILE``
+    is 0 (``force`` fuses on every device: the CPU dry run of the GPU path)."""
+    m = mode()
+    return m == "force" or (t.is_cuda and m == "on")
 
 
 def call(fn: Callable, *args):
