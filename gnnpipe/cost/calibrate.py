@@ -594,8 +594,9 @@ def calibrate_device(dev: torch.device | str, name: str = "", quick: bool = Fals
 
     GEMM, SpMM and copy ceilings (:func:`_gpu_rates`), hashed dropout, the unit fit on larger
     graphs (:data:`UNIT_FIT_CASES_GPU`) and the history path, all timed by the wall clock with
-    the device synchronised. Base memory is what one rank's CUDA context and a tiny training
-    run hold on the device beyond the model's tensors.
+    the device synchronised. Base memory is the device memory still in use once the
+    measurements' tensors are freed and the allocator's cache is emptied (the CUDA context,
+    and whatever else runs on the GPU), at least 500 MB.
 
     The links are not measured: one GPU has no peer. ``intra_*``/``inter_*`` are the
     ``h100-nvlink`` profile's data-sheet figures (NVLink 4 in a node, 400 Gb/s between
