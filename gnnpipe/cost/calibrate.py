@@ -34,7 +34,7 @@ from scipy.optimize import nnls
 from gnnpipe import device
 from gnnpipe._base import GnnpipeError
 from gnnpipe.cost.inputs import GraphStats, ModelSpec
-from gnnpipe.cost.profile import HardwareProfile
+from gnnpipe.cost.profile import HardwareProfile, load_profile
 from gnnpipe.cost.units import dropout_elem_bytes, unit_works
 from gnnpipe.models import ModelConfig, RunCtx, build_model, ops
 from gnnpipe.models.block import Block
@@ -627,9 +627,7 @@ def calibrate_device(dev: torch.device | str, name: str = "", quick: bool = Fals
     if gpu:
         torch.cuda.empty_cache()
     base_mem = max(float(total - torch.cuda.mem_get_info(dev)[0]) if gpu else 0.0, 5e8)
-    ref = HardwareProfile(name="h100-nvlink", gemm_flops_s=1, spmm_edge_width_s=1, mem_bytes_s=1, unit_overhead_s=0,
-                          intra_bw_bytes_s=3.5e11, intra_latency_s=5e-6, inter_bw_bytes_s=4.5e10,
-                          inter_latency_s=8e-6, devices_per_node=8, mem_bytes=1)
+    ref = load_profile("h100-nvlink")  # the links: the shipped profile's data-sheet figures
     prof = HardwareProfile(
         name=name, device="cuda",
         gemm_flops_s=m["gemm_flops_s"], spmm_edge_width_s=mu["spmm_edge_width_s"], mem_bytes_s=mu["mem_bytes_s"],
@@ -657,7 +655,9 @@ def calibrate_device(dev: torch.device | str, name: str = "", quick: bool = Fals
         f"History path (write, gather, cat, scatter-add): {mc['chunk_overhead_s'] * 1e6:.0f} us + bytes / "
         f"{mc['gather_bytes_s'] / 1e9:.0f} GB/s per chunk and unit.",
         f"Memory: {total / 2**30:.1f} GiB on the device; base {base_mem / 2**20:.0f} MiB (context and caches).",
-        "Links NOT measured (one GPU, no peer): the h100-nvlink profile's data-sheet figures, NVLink 4 "
-        "(350 GB/s, 5 us) in a node of 8, 400 Gb/s InfiniBand (45 GB/s, 8 us) between nodes.",
+        "Links NOT measured (one GPU, no peer): the h100-nvlink profile's data-sheet figures, "
+        f"{ref.intra_bw_bytes_s / 1e9:.0f} GB/s and {ref.intra_latency_s * 1e6:.0f} us in a node of "
+        f"{ref.devices_per_node}, {ref.inter_bw_bytes_s / 1e9:.0f} GB/s and {ref.inter_latency_s * 1e6:.0f} us "
+        "between nodes.",
     ]
     return prof, comments
