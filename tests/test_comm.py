@@ -118,6 +118,19 @@ def suite(comm) -> dict:
     recv_ids = [torch.full((a2a_rows(j, r),), -1, dtype=torch.int64) for j in range(w)]
     comm.all_to_all([a2a_ids(r, j) for j in range(w)], recv_ids, category="ids")
     out["a2a_ids"] = recv_ids
+    # Streamed: each message made just before it is sent, each arrival handled in rank order.
+    made, seen = [], []
+    recv_st = [torch.full((a2a_rows(j, r), D), -1.0) for j in range(w)]
+
+    def produce(j: int) -> torch.Tensor:
+        made.append(j)
+        return a2a_payload(r, j)
+
+    def consume(j: int) -> None:
+        seen.append((j, recv_st[j].clone()))  # complete when handed over
+
+    comm.all_to_all_streamed(produce, recv_st, consume, category="stream")
+    out["a2a_streamed"] = (made, seen)
 
     s = torch.tensor([r + 1.0, 2.0 * (r + 1)])
     comm.all_reduce(s)
@@ -233,6 +246,7 @@ def expected_bytes(r: int, w: int) -> dict[str, int]:
         "halo_fwd": a2a_rows_out * D * 4,
         "halo_bwd": a2a_rows_out * D * 4,
         "ids": a2a_rows_out * 8,
+        "stream": a2a_rows_out * D * 4,
         "allreduce": 2 * 4 + 3 * 8 + 4 * 8,  # every rank counts each reduced tensor
         "control": (5 * 4 + 2 * 8) if r == w - 1 else 0,  # broadcasts count on the source
     }
@@ -251,6 +265,11 @@ def check_suite(results: list[dict], w: int) -> None:
                 assert torch.equal(res[key][j], a2a_payload(j, r)), (key, r, j)
         for j in range(w):
             assert torch.equal(res["a2a_ids"][j], a2a_ids(j, r))
+        made, seen = res["a2a_streamed"]
+        assert made == [(r + i) % w for i in range(1, w)] + [r]  # every rank starts elsewhere
+        assert [j for j, _ in seen] == list(range(w))  # handled in rank order
+        for j, got in seen:
+            assert torch.equal(got, a2a_payload(j, r)), ("streamed", r, j)
         s, m, a = res["allreduce"]
         total = w * (w + 1) / 2
         assert torch.equal(s, torch.tensor([total, 2 * total]))
@@ -272,6 +291,9 @@ def check_suite(results: list[dict], w: int) -> None:
         assert before["wait_s"] > 0
         assert before["wait_s"] == pytest.approx(sum(before["wait_s_by_category"].values()))
         assert before["calls"]["halo_fwd"] == 1 and before["calls"]["allreduce"] == 3
+        assert before["calls"]["stream"] == 1  # one exchange, however many messages
+        if w > 1:
+            assert before["bytes_recv"]["stream"] == rows_in * D * 4
 
         # Sub-communicators: numbering follows the list, values stay inside the group.
         group = next(g for g in groups_for(w) if r in g)

@@ -200,6 +200,23 @@ def test_losses_are_reproducible_with_a_fixed_seed(world):
             assert a != f32, f"{where}: int8 changed nothing"  # ... but not equal: it was quantised
 
 
+def test_streamed_halo_exchange_equals_the_batched_one():
+    # Gloo streams the lossy halo and way exchanges per peer (encode, send; receive, decode
+    # in rank order); NCCL batches them. Both paths must give the same bits and bytes.
+    base = [dict(mode="graph", model="gcnii", layers=3, epochs=2, wire="int8"),
+            dict(mode="hybrid", ways=2, stages=2, chunks=3, model="gcnii", layers=4, epochs=2, wire="int4"),
+            dict(mode="hybrid", ways=2, stages=2, model="gcn", layers=4, epochs=2, exact=True,
+                 exact_lossy="bfloat16")]
+    runs = [dict(b, batched=batched) for b in base for batched in (False, True)]
+    res = _launch(4, runs)
+    for i in range(0, len(runs), 2):
+        streamed, batched = res[i], res[i + 1]
+        where = f"{runs[i]['mode']} in {runs[i].get('wire') or runs[i]['exact_lossy']}"
+        assert [r["losses"] for r in streamed] == [r["losses"] for r in batched], where
+        assert _sent(streamed) == _sent(batched), where
+        assert all(r["finite"] for r in streamed), where
+
+
 # ------------------------------------------------------------------ accuracy
 def test_compressed_training_reaches_float32_accuracy():
     # A loose, honest check: 2 ranks, a small SBM graph made hard enough not to saturate

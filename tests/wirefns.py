@@ -33,8 +33,20 @@ def _executor(comm, cfg, exact_lossy: str | None):
     return ex, graph
 
 
-def train(comm, epochs: int = 1, evaluate: bool = False, exact_lossy: str | None = None, **kw) -> dict:
-    """Bytes of epoch 0 by category, the loss curve, and (``evaluate``) the final accuracies."""
+def train(comm, epochs: int = 1, evaluate: bool = False, exact_lossy: str | None = None,
+          batched: bool = False, **kw) -> dict:
+    """Bytes of epoch 0 by category, the loss curve, and (``evaluate``) the final accuracies.
+
+    ``batched``: the communicator's streamed all-to-all falls back to one batched exchange
+    (as on NCCL), to compare the two paths."""
+    if batched:
+        cls = type(comm)
+        saved = cls.__dict__["streams_point_to_point"]
+        cls.streams_point_to_point = False
+        try:
+            return train(comm, epochs, evaluate, exact_lossy, **kw)
+        finally:
+            cls.streams_point_to_point = saved
     cfg = _cfg(epochs=epochs, **kw)
     ex, graph = _executor(comm, cfg, exact_lossy)
     losses, sent = [], None

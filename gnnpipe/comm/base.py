@@ -81,6 +81,8 @@ MAX_TAG = 2**28 - 1
 # Gloo matches point-to-point messages per (peer, tag) in order, so all_to_all's internal
 # messages get a tag no user message can carry.
 _A2A_TAG = MAX_TAG + 1
+# all_to_all_streamed's point-to-point messages: apart from the batched all_to_all's too.
+_A2A_STREAM_TAG = MAX_TAG + 2
 _REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
 
 
@@ -384,6 +386,87 @@ class Communicator(ABC):
                 recv[me].copy_(send[me])
             if self.world_size > 1:
                 self._all_to_all(send, recv, category)
+
+    #: Whether :meth:`all_to_all_streamed` posts one point-to-point message per peer as soon
+    #: as it is made (Gloo, MPI). NCCL keeps one batched exchange: its point-to-point calls
+    #: outside a batch are ordered on the stream and could deadlock across ranks.
+    streams_point_to_point = False
+
+    def all_to_all_streamed(self, produce: Callable[[int], torch.Tensor], recv: Sequence[torch.Tensor],
+                            consume: Callable[[int], None], category: str = "control") -> None:
+        """:meth:`all_to_all` whose messages are made, and handled, one peer at a time.
+
+        Every receive is posted first; then ``produce(j)`` makes the message for rank ``j``
+        and it is sent at once, so making the next peer's message (a wire encode) overlaps
+        the transfer of the ones before it. Peers are produced in the order ``rank + 1,
+        rank + 2, ...`` (every rank starts with a different peer) and this rank's own entry
+        last. ``consume(j)`` is called once per rank in ascending rank order, as soon as
+        ``recv[j]`` holds rank ``j``'s message, so handling one arrival (a decode) overlaps
+        the transfers still on the wire, and results that add up arrivals are summed in the
+        same order on every run.
+
+        Bytes and errors are those of :meth:`all_to_all` (one call of ``category``); time
+        inside ``produce`` and ``consume`` is not counted as communication. Backends that
+        cannot stream (:attr:`streams_point_to_point` false, or a world of one rank)
+        produce every message, run one :meth:`all_to_all`, then consume.
+
+        Args:
+            produce: ``j -> send[j]``, the tensor for rank ``j`` (kept unchanged until this
+                call returns).
+            recv: ``world_size`` buffers, filled in place (shapes as for :meth:`all_to_all`).
+            consume: ``j -> None``, called when ``recv[j]`` is complete.
+            category: accounting category.
+        """
+        op = "all_to_all"
+        n, me = self.world_size, self.rank
+        if len(recv) != n:
+            raise CommUsageError(f"{self._me()}: {op}: expected {n} recv tensors, got {len(recv)}")
+        if n == 1 or not self.streams_point_to_point:
+            order = [(me + i) % n for i in range(1, n)] + [me]
+            made = {j: produce(j) for j in order}
+            self.all_to_all([made[j] for j in range(n)], recv, category=category)
+            for j in range(n):
+                consume(j)
+            return
+        for j in range(n):
+            self._check_tensor(recv[j], op, f"recv[{j}]")
+        others = [j for j in range(n) if j != me]
+        self.stats.calls[category] += 1
+        what = f"all_to_all ({category})"
+        recvs: dict[int, Work] = {}
+        with self.stats.timed(category):
+            for j in others:
+                if recv[j].numel():
+                    recvs[j] = self._irecv(recv[j], j, _A2A_STREAM_TAG, category,
+                                           f"{what}: recv from {self._peer(j)}")
+        sends, sent = [], 0
+        for j in [(me + i) % n for i in range(1, n)] + [me]:
+            t = produce(j)
+            self._check_tensor(t, op, f"send[{j}]")
+            if t.dtype != recv[j].dtype:
+                raise CommUsageError(f"{self._me()}: {op}: send[{j}] is {t.dtype} but recv[{j}] "
+                                     f"is {recv[j].dtype}")
+            if j == me:
+                if t.shape != recv[me].shape:
+                    raise CommUsageError(
+                        f"{self._me()}: {op}: recv[{me}] has shape {tuple(recv[me].shape)} but "
+                        f"send[{me}] (the local copy) has {tuple(t.shape)}")
+                if t.numel():
+                    recv[me].copy_(t)
+                continue
+            sent += t.nbytes
+            if t.numel():
+                with self.stats.timed(category):
+                    sends.append(self._isend(t, j, _A2A_STREAM_TAG, category,
+                                             f"{what}: send to {self._peer(j)}"))
+        self.stats.bytes_sent[category] += sent
+        self.stats.bytes_recv[category] += sum(recv[j].nbytes for j in others)
+        for j in range(n):
+            if j in recvs:
+                recvs[j].wait()
+            consume(j)
+        for w in sends:
+            w.wait()
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum", category: str = "allreduce") -> None:
         """Reduces ``t`` over all ranks, in place.

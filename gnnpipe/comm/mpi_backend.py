@@ -115,6 +115,8 @@ class MpiCommunicator(Communicator):
 
     kind = "mpi"
 
+    streams_point_to_point = True
+
     def __init__(self, mpi_comm: Any, stats: CommStats, timeout_s: float,
                  device: torch.device, global_ranks: Sequence[int] | None = None,
                  owns: bool = False) -> None:

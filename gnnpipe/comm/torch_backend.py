@@ -362,6 +362,11 @@ class TorchCommunicator(Communicator):
 
     kind = "torch"
 
+    @property
+    def streams_point_to_point(self) -> bool:
+        """Gloo streams :meth:`all_to_all_streamed` per peer; NCCL keeps it batched."""
+        return self.device.type != "cuda"
+
     def __init__(self, rank: int, world_size: int, global_ranks: Sequence[int],
                  stats: CommStats, timeout_s: float, device: torch.device,
                  group: Any = None, is_world: bool = True,

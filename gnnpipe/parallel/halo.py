@@ -11,12 +11,13 @@ slot (its docstring states the semantics exactly).
 
 Wire formats (``--wire``, :mod:`gnnpipe.parallel.wire`): every training message here
 (forward rows and backward gradients) is encoded per peer with the run's
-:class:`gnnpipe.parallel.wire.Wire` and decoded on arrival; the rounding is keyed by the
-seed, the epoch, the site ``message_site(kind, unit, backward)`` (kind ``KIND_HALO`` for
-:class:`HaloExchanger`, ``KIND_WAY`` for the stale :class:`WayLink`; ``unit`` the global
-index of the aggregating unit that reads the rows) and each row's ORIGINAL node id. float32
-keeps the plain path (rows sent as they are, no copy). Evaluation exchanges (``epoch`` not
-given) are always float32: evaluation is exact full-graph inference.
+:class:`gnnpipe.parallel.wire.Wire` just before it is sent and decoded as it arrives
+(:func:`streamed_exchange`: the codec overlaps the other peers' transfers). The rounding is
+keyed by the seed, the epoch, the site ``message_site(kind, unit, backward)`` (kind
+``KIND_HALO`` for :class:`HaloExchanger`, ``KIND_WAY`` for the stale :class:`WayLink`;
+``unit`` the global index of the aggregating unit that reads the rows) and each row's
+ORIGINAL node id. float32 keeps the plain path (rows sent as they are, no copy). Evaluation
+exchanges (``epoch`` not given) are always float32: evaluation is exact full-graph inference.
 """
 
 from __future__ import annotations
@@ -116,13 +117,21 @@ class HaloExchanger:
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, False)
             dev = h_local.device
-            send = [self.wire.encode(h_local.index_select(0, idx), epoch=epoch, site=site, gid=g)
-                    for idx, g in zip(self.send_idx, self.send_gid)]
             buf = torch.empty((self.num_halo, self.wire.row_bytes(d)), dtype=torch.uint8, device=dev)
             recv = [buf[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
-            if self.comm.world_size > 1:
-                self.comm.all_to_all(send, recv, category=category)
-            return self.wire.decode(buf, d)
+            out = torch.empty((self.num_halo, d), dtype=torch.float32, device=dev)
+
+            def encode(q: int) -> torch.Tensor:
+                return self.wire.encode(h_local.index_select(0, self.send_idx[q]), epoch=epoch,
+                                        site=site, gid=self.send_gid[q])
+
+            def decode(q: int) -> None:
+                a, b = self.recv_off[q], self.recv_off[q + 1]
+                if b > a:
+                    out[a:b] = self.wire.decode(recv[q], d)
+
+            streamed_exchange(self.comm, encode, recv, decode, category)
+            return out
         send = [h_local.index_select(0, idx) for idx in self.send_idx]
         out = h_local.new_empty((self.num_halo, d))
         recv = [out[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
@@ -139,20 +148,40 @@ class HaloExchanger:
         send = [grad_halo[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, True)
-            dev = grad_halo.device
-            send = [self.wire.encode(g, epoch=epoch, site=site, gid=gid) for g, gid in zip(send, self.recv_gid)]
             rb = self.wire.row_bytes(d)
-            recv = [torch.empty((idx.numel(), rb), dtype=torch.uint8, device=dev) for idx in self.send_idx]
-            if self.comm.world_size > 1:
-                self.comm.all_to_all(send, recv, category=category)
-            recv = [self.wire.decode(r, d) for r in recv]
-        else:
-            recv = [grad_local.new_empty((idx.numel(), d)) for idx in self.send_idx]
-            if self.comm.world_size > 1:
-                self.comm.all_to_all(send, recv, category=category)
+            recv = [torch.empty((idx.numel(), rb), dtype=torch.uint8, device=grad_halo.device)
+                    for idx in self.send_idx]
+
+            def encode(q: int) -> torch.Tensor:
+                return self.wire.encode(send[q], epoch=epoch, site=site, gid=self.recv_gid[q])
+
+            def add(q: int) -> None:  # ascending q: the same summation order on every run
+                if self.send_idx[q].numel():
+                    grad_local.index_add_(0, self.send_idx[q], self.wire.decode(recv[q], d))
+
+            streamed_exchange(self.comm, encode, recv, add, category)
+            return
+        recv = [grad_local.new_empty((idx.numel(), d)) for idx in self.send_idx]
+        if self.comm.world_size > 1:
+            self.comm.all_to_all(send, recv, category=category)
         for idx, g in zip(self.send_idx, recv):
             if idx.numel():
                 grad_local.index_add_(0, idx, g)
+
+
+def streamed_exchange(comm, produce, recv: list, consume, category: str) -> None:
+    """``comm.all_to_all_streamed`` (:meth:`gnnpipe.comm.Communicator.all_to_all_streamed`):
+    each peer's message is encoded just before it is sent and decoded as it arrives, so the
+    codec overlaps the transfers to and from the other peers. A world of one rank moves
+    nothing and counts no call, as the plain exchanges here."""
+    if comm.world_size > 1:
+        comm.all_to_all_streamed(produce, recv, consume, category=category)
+        return
+    for q in range(len(recv)):
+        t = produce(q)
+        if recv[q].numel():
+            recv[q].copy_(t)
+        consume(q)
 
 
 def acc_rows(buf: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
@@ -301,16 +330,20 @@ class WayLink:
         if epoch is not None and self.wire.lossy:
             d = buf.shape[1]
             site = message_site(KIND_WAY, unit, False)
-            send = [self.wire.encode(buf.index_select(0, rows), epoch=epoch, site=site,
-                                     gid=self.gid_own.index_select(0, rows)) for rows in self._sends(k)]
-            sl = self._slices(k)
+            sends, sl = self._sends(k), self._slices(k)
             rb = self.wire.row_bytes(d)
             recv = [torch.empty((b - a, rb), dtype=torch.uint8, device=buf.device) for a, b in sl]
-            if self.comm.world_size > 1:
-                self.comm.all_to_all(send, recv, category=category)
-            for (a, b), got in zip(sl, recv):
+
+            def encode(q: int) -> torch.Tensor:
+                return self.wire.encode(buf.index_select(0, sends[q]), epoch=epoch, site=site,
+                                        gid=self.gid_own.index_select(0, sends[q]))
+
+            def decode(q: int) -> None:
+                a, b = sl[q]
                 if b > a:
-                    rbuf[a:b] = self.wire.decode(got, d)
+                    rbuf[a:b] = self.wire.decode(recv[q], d)
+
+            streamed_exchange(self.comm, encode, recv, decode, category)
             return
         send = [buf.index_select(0, rows) for rows in self._sends(k)]
         recv = [rbuf[a:b] for a, b in self._slices(k)]
@@ -344,20 +377,27 @@ class WayLink:
             send = [gr[a:b] for a, b in self.pull[k]]
             if epoch is not None and self.wire.lossy:
                 site = message_site(KIND_WAY, unit0 + pos, True)
-                wire_send = [self.wire.encode(t, epoch=epoch, site=site, gid=self.gid_halo[a:b])
-                             for t, (a, b) in zip(send, self.pull[k])]
                 rb = self.wire.row_bytes(d)
-                recv = [torch.empty((rows.numel(), rb), dtype=torch.uint8, device=g.device) for rows in self.push_rows[k]]
-                if self.comm.world_size > 1:
-                    self.comm.all_to_all(wire_send, recv, category="halo_bwd")
-                recv = [self.wire.decode(r, d) for r in recv]
+                recv = [torch.empty((rows.numel(), rb), dtype=torch.uint8, device=g.device)
+                        for rows in self.push_rows[k]]
+
+                def encode(q: int, send=send, site=site) -> torch.Tensor:
+                    a, b = self.pull[k][q]
+                    return self.wire.encode(send[q], epoch=epoch, site=site, gid=self.gid_halo[a:b])
+
+                def add(q: int, g=g, recv=recv, d=d) -> None:  # ascending q: a fixed summation order
+                    rows = self.push_rows[k][q]
+                    if rows.numel():
+                        acc_rows(g, rows, self.wire.decode(recv[q], d))
+
+                streamed_exchange(self.comm, encode, recv, add, "halo_bwd")
             else:
                 recv = [g.new_empty((rows.numel(), d)) for rows in self.push_rows[k]]
                 if self.comm.world_size > 1:
                     self.comm.all_to_all(send, recv, category="halo_bwd")
-            for rows, got in zip(self.push_rows[k], recv):
-                if rows.numel():
-                    acc_rows(g, rows, got)
+                for rows, got in zip(self.push_rows[k], recv):
+                    if rows.numel():
+                        acc_rows(g, rows, got)
             for t in send:
                 t.zero_()
 
