@@ -263,6 +263,40 @@ def test_score_planner_counts_first_choices_and_25_percent_cells():
     assert "| g | gcn | unshaped | float32 | graph | pipeline | ✗ |" in md
 
 
+def test_score_wire_choice_margin_budget_and_regret():
+    common = {"graph": "g", "model": "gcn", "compute_s": 1.0, "comm_s": 1.0, "bubble_s": 0.0}
+    cell = lambda rate, mode, wire, t: dict(common, rate=rate, rate_bps=1, mode=mode, wire=wire, epoch_s=t)  # noqa: E731
+    rows = [
+        # slow link: int8 predicted and measured fastest -> a hit, lossy chosen
+        cell("50mbit", "graph", "float32", 4.0), cell("50mbit", "graph", "int8", 1.5),
+        cell("50mbit", "pipeline", "float32", 2.0), cell("50mbit", "pipeline", "int8", 1.0),
+        # int4 is measured fastest but outside the default accuracy budget: not a candidate
+        cell("50mbit", "pipeline", "int4", 0.5),
+        # fast link: int8 predicted 3 % faster, inside the 5 % margin -> float32 chosen;
+        # measured, int8 was 10 % faster: a miss with regret 1.10
+        cell("unshaped", "graph", "float32", 1.1), cell("unshaped", "graph", "int8", 1.0),
+        # one wire format only: no group
+        cell("1gbit", "graph", "float32", 1.0), cell("1gbit", "pipeline", "float32", 1.0),
+    ]
+    pred = {("50mbit", "graph", "float32"): 4.0, ("50mbit", "graph", "int8"): 1.4,
+            ("50mbit", "pipeline", "float32"): 2.0, ("50mbit", "pipeline", "int8"): 0.9,
+            ("50mbit", "pipeline", "int4"): 0.1, ("unshaped", "graph", "float32"): 1.00,
+            ("unshaped", "graph", "int8"): 0.97, ("1gbit", "graph", "float32"): 1.0,
+            ("1gbit", "pipeline", "float32"): 1.0}
+    fn = lambda r, bps: pred[(r["rate"], r["mode"], r["wire"])]  # noqa: E731
+    md, counts = BC.score_wire_choice(rows, fn)
+    assert counts == {"groups": 2, "hits": 1, "lossy_chosen": 1, "regret": pytest.approx(1.1)}
+    assert "| g | gcn | 50mbit | pipeline int8 | 1.000 | pipeline int8 | 1.000 | 1.00 | pipeline 2.000 |" in md
+    assert "| g | gcn | unshaped | graph int8 | 1.000 | graph float32 | 1.100 | 1.10 | graph 1.100 |" in md
+    assert md.startswith("Wire choice (formats within the planner's accuracy budget: float32, bfloat16, int8;")
+    # a budget of 1 point lets int4 in: now the fastest and chosen at 50 Mbit/s
+    md, counts = BC.score_wire_choice(rows, fn, accuracy_budget=1.0)
+    assert "| g | gcn | 50mbit | pipeline int4 | 0.500 | pipeline int4 | 0.500 | 1.00 |" in md
+    # and score_planner carries the section when a sweep has several formats
+    assert "wire" in BC.score_planner(rows, fn)[1]
+    assert BC.score_wire_choice([r for r in rows if r["wire"] == "float32"], fn) == ("", {})
+
+
 def test_cli_lists_cluster_and_needs_train_args(capsys):
     from gnnpipe.bench.cli import main
 

@@ -66,7 +66,8 @@ from gnnpipe import cluster as CL
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.config import WIRE_FORMATS, parse_config
-from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict, with_link
+from gnnpipe.cost import (WIRE_MIN_GAIN, ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict,
+                          wire_choices, with_link)
 from gnnpipe.cost import netcal
 from gnnpipe.data.load import load_graph_for
 from gnnpipe.dims import ParallelDims
@@ -434,6 +435,63 @@ def score_planner(rows: Sequence[Mapping[str, Any]], predict: PredictFn) -> tupl
     md += (f"\n\nThe model's first choice is the measured fastest in {hits} of {len(table)} groups; "
            f"predicted epochs are within 25 % of the measured in {within} of {cells} cells. "
            f"Measured fastest: " + ", ".join(f"{m} in {n}" for m, n in sorted(wins.items())) + ".")
+    wire_md, wire_counts = score_wire_choice(rows, predict)
+    if wire_md:
+        md += "\n\n" + wire_md
+        counts["wire"] = wire_counts
+    return md, counts
+
+
+def score_wire_choice(rows: Sequence[Mapping[str, Any]], predict: PredictFn,
+                      accuracy_budget: float | None = None) -> tuple[str, dict]:
+    """The planner's choice of (mode, wire) per (graph, model, link) on a sweep with several
+    wire formats, against the measured epochs.
+
+    The planner's order is :func:`gnnpipe.cost.planner.rank_key`'s (a lossy format counts
+    :data:`gnnpipe.cost.WIRE_MIN_GAIN` slower) over the formats ``gnnpipe-plan --wire auto``
+    ranks within ``accuracy_budget`` (default: the planner's); the measured fastest is taken
+    over the same formats. ``chosen ÷ fastest`` is the measured epoch of the planner's first
+    choice over the fastest measured one (1.00: it chose the fastest).
+
+    Returns:
+        ("" when no group has two wire formats, else a markdown section), ``counts``:
+        ``groups``, ``hits`` (same mode and wire as the fastest), ``lossy_chosen`` (groups
+        where the planner chose a lossy format), and ``regret`` (the largest chosen ÷ fastest).
+    """
+    allowed, _ = wire_choices("auto", accuracy_budget)
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        wire = r.get("wire", "float32")
+        if "error" in r or wire not in allowed:
+            continue
+        pred = predict(r, r.get("rate_bps"))
+        if pred is None:
+            continue
+        groups.setdefault((r.get("graph"), r.get("model"), r["rate"]), []).append(
+            (r.get("mode"), wire, r["epoch_s"], pred))
+    table, hits, lossy, regret = [], 0, 0, 1.0
+    for (graph, model, rate), cs in groups.items():
+        if len({c[1] for c in cs}) < 2:
+            continue
+        fastest = min(cs, key=lambda c: c[2])
+        chosen = min(cs, key=lambda c: c[3] * (1.0 + WIRE_MIN_GAIN if c[1] != "float32" else 1.0))
+        best32 = min((c for c in cs if c[1] == "float32"), key=lambda c: c[2], default=None)
+        hits += fastest[:2] == chosen[:2]
+        lossy += chosen[1] != "float32"
+        ratio = chosen[2] / fastest[2]
+        regret = max(regret, ratio)
+        table.append([graph, model, rate, f"{fastest[0]} {fastest[1]}", f"{fastest[2]:.3f}",
+                      f"{chosen[0]} {chosen[1]}", f"{chosen[2]:.3f}", f"{ratio:.2f}",
+                      "–" if best32 is None else f"{best32[0]} {best32[2]:.3f}"])
+    if not table:
+        return "", {}
+    counts = {"groups": len(table), "hits": hits, "lossy_chosen": lossy, "regret": regret}
+    md = ("Wire choice (formats within the planner's accuracy budget: " + ", ".join(allowed) + "; a lossy "
+          f"format ranks as if {WIRE_MIN_GAIN:.0%} slower):\n\n")
+    md += C.md_table(["graph", "model", "link", "measured fastest", "s", "planner's first", "measured s",
+                      "chosen ÷ fastest", "fastest float32, s"], table)
+    md += (f"\n\nThe planner's first (mode, wire) is the measured fastest in {hits} of {len(table)} groups; "
+           f"it chose a lossy format in {lossy}; its choice is at most {regret:.2f}× the fastest measured epoch.")
     return md, counts
 
 
