@@ -83,7 +83,7 @@ def test_pipeline_messages_shrink_and_pay_the_codec(cpu, topo):
 # ------------------------------------------------------------------ wire_choices
 def test_wire_choices():
     assert wire_choices() == (["float32"], [])
-    assert wire_choices("auto", 0.0) == (["float32"], [f"{w}: expected loss {WIRE_ACCURACY_PRIOR[w]:.1f} points "
+    assert wire_choices("auto", 0.0) == (["float32"], [f"{w}: expected loss {WIRE_ACCURACY_PRIOR[w]:.2f} points "
                                                       f"(prior) > accuracy budget 0" for w in LOSSY])
     keep, out = wire_choices("auto")  # the default budget
     assert keep == [w for w in WIRE_FORMATS if WIRE_ACCURACY_PRIOR[w] <= DEFAULT_ACCURACY_BUDGET]
@@ -222,7 +222,7 @@ def test_cli_json_carries_wire_bytes_and_the_command(capsys):
 def test_cli_table_says_wire_cost_and_prior(capsys):
     assert plan_main([*ARGS, "--link-rate", "100mbit", "--wire", "auto"]) == 0
     txt = capsys.readouterr().out
-    assert "left out: int4: expected loss 1.0 points (prior) > accuracy budget 0.5" in txt
+    assert "left out: int4: expected loss 1.00 points (prior) > accuracy budget 0.5" in txt
     assert "prior:" in txt and "measured here over 3 seeds" in txt
     rec = txt.split("recommended:")[1]
     assert "--wire int8:" in rec and "in float32" in rec and "(a prior)" in rec
@@ -243,10 +243,78 @@ def test_cli_exact(capsys):
 
 @pytest.mark.parametrize("extra,msg", [
     (["--wire", "int8", "--exact"], "--exact keeps float32 on the wire; --wire int8 is lossy"),
-    (["--wire", "int4", "--accuracy-budget", "0.5"], "--wire int4: expected loss 1.0 points (prior) exceeds"),
+    (["--wire", "int4", "--accuracy-budget", "0.5"], "--wire int4: expected loss 1.00 points (prior) exceeds"),
     (["--wire", "auto", "--accuracy-budget", "-1"], "--accuracy-budget: expected a number of points >= 0"),
 ])
 def test_cli_wire_errors_one_line(capsys, extra, msg):
     assert plan_main([*ARGS, *extra]) == 2
     err = capsys.readouterr().err
     assert msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ measured expected losses
+def _acc_row(name, seed, acc, model="gcnii"):
+    return {"name": name, "seed": seed, "ok": True, "test_acc": acc / 100,
+            "command": f"-np 4 gnnpipe-train --dataset squirrel --model {model} --layers 32 --seed {seed}"}
+
+
+def _acc_file(tmp_path):
+    rows = [_acc_row("a-graph", s, v) for s, v in ((0, 40.0), (1, 42.0), (2, 41.0))]
+    rows += [_acc_row("a-graph+int8", 0, 39.5), _acc_row("a-graph+int8", 1, 42.1)]  # -0.5, +0.1: mean -0.2
+    rows += [_acc_row("a-graph+bfloat16", 0, 40.1)]  # +0.1: no loss
+    rows += [_acc_row("b-pipe", s, v, "resgcn+") for s, v in ((0, 50.0), (1, 51.0))]
+    rows += [_acc_row("b-pipe+int8", s, v, "resgcn+") for s, v in ((0, 49.0), (1, 50.2))]  # -1.0, -0.8: mean -0.9
+    rows += [_acc_row("b-pipe+int8", 7, 10.0, "resgcn+"),  # no float32 run of seed 7: not paired
+             {"name": "b-pipe+int8", "seed": 3, "ok": False, "error": "crashed"}]
+    p = tmp_path / "accuracy.json"
+    p.write_text(json.dumps(rows))
+    return p
+
+
+def test_measured_expected_losses_pair_seeds_and_prefer_the_planned_model(tmp_path):
+    from gnnpipe.cost import wire_accuracy_from_results
+
+    p = _acc_file(tmp_path)
+    mine = wire_accuracy_from_results(p, model="gcnii")
+    assert mine.kind == "measured"
+    assert mine.loss["float32"] == 0 and mine.loss["bfloat16"] == 0.0
+    assert mine.loss["int8"] == pytest.approx(0.2)  # a-graph only: the gcnii configurations
+    assert mine.loss["int4"] == WIRE_ACCURACY_PRIOR["int4"] and "int4 1 (prior: not measured)" in mine.source
+    assert "2 seed pairs: a-graph" in mine.source and str(p) in mine.source
+    every = wire_accuracy_from_results(p, model="gcn")  # no gcn configuration: all of them
+    assert every.loss["int8"] == pytest.approx(0.9)  # the worst mean: b-pipe
+    assert "worst mean of 2 configurations, 4 seed pairs: b-pipe" in every.source
+    # the planner ranks within the budget by the measured losses
+    assert wire_choices("auto", 0.5, accuracy=mine)[0] == ["float32", "bfloat16", "int8"]
+    kept, out = wire_choices("auto", 0.5, accuracy=every)
+    assert kept == ["float32", "bfloat16"] and out[0] == "int8: expected loss 0.90 points (measured) > accuracy budget 0.5"
+
+
+def test_cli_wire_accuracy_file(capsys, tmp_path):
+    p = _acc_file(tmp_path)
+    assert plan_main([*ARGS, "--model", "gcnii", "--link-rate", "100mbit", "--wire", "auto", "--wire-accuracy", str(p),
+                      "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["wire"]
+    assert out["ranked"] == ["float32", "bfloat16", "int8"] and out["expected_accuracy_kind"] == "measured"
+    assert out["expected_accuracy_loss"]["int8"] == pytest.approx(0.2)
+    assert plan_main([*ARGS, "--model", "gcn", "--link-rate", "100mbit", "--wire", "auto", "--wire-accuracy", str(p)]) == 0
+    txt = capsys.readouterr().out
+    assert "left out: int8: expected loss 0.90 points (measured) > accuracy budget 0.5" in txt
+    assert f"expected loss per wire format is measured in {p}" in txt
+
+
+@pytest.mark.parametrize("content,msg", [
+    (None, "no such file"),
+    ("not json", "not a JSON results file"),
+    ('{"a": 1}', "expected a JSON list of runs"),
+    ('[{"name": "x", "seed": 0, "ok": true}]', "run 0 lacks a name, a seed or a numeric test_acc"),
+    ('[{"name": "x+int3", "seed": 0, "ok": true, "test_acc": 0.5}]', "names wire format 'int3'"),
+    ('[{"name": "x+int8", "seed": 0, "ok": true, "test_acc": 0.5}]', "no lossy run has a float32 run"),
+])
+def test_cli_wire_accuracy_bad_file_one_line(capsys, tmp_path, content, msg):
+    p = tmp_path / "acc.json"
+    if content is not None:
+        p.write_text(content)
+    assert plan_main([*ARGS, "--wire", "auto", "--wire-accuracy", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and str(p) in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

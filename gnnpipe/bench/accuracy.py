@@ -43,6 +43,7 @@ from pathlib import Path
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
+from gnnpipe.cost.wire_accuracy import paired_diffs, split_wire
 from gnnpipe.parallel.wire import check_format
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,13 +78,6 @@ PAPER_P = {"squirrel-gcnii32": 38.04, "squirrel-resgcn32": 37.56, "physics-gcnii
 #: ``--wire`` variants (issue 20): how far (points, mean over seeds) a lossy wire format may move
 #: a configuration's accuracy from the same configuration in float32; int4 is reported only.
 WIRE_WITHIN = {"bfloat16": 0.2, "int8": 0.5}
-
-
-def split_wire(name: str) -> tuple[str, str]:
-    """``"squirrel-gcnii32-pipeline+int8"`` -> ``("squirrel-gcnii32-pipeline", "int8")``;
-    a name without ``+`` is float32."""
-    base, _, wire = name.partition("+")
-    return base, wire or "float32"
 
 
 def variant(name: str, wire: str) -> str:
@@ -131,18 +125,6 @@ def _wire_target(base: str, wire: str) -> str:
     if wire in WIRE_WITHIN:
         return f"within {WIRE_WITHIN[wire]} of {base} in float32"
     return "reported (no target)"
-
-
-def paired_diffs(results: list[dict], name: str, base: str) -> list[float]:
-    """Test accuracy of ``name`` minus ``base``'s (points), one per seed both ran: a lossy
-    wire row is compared with float32 on the same seeds only (seed-to-seed spread is as large
-    as the formats' effect)."""
-    acc = {}
-    for r in results:
-        if r.get("ok") and r["name"] in (name, base):
-            acc.setdefault(r["name"], {})[r["seed"]] = 100 * r["test_acc"]
-    a, b = acc.get(name, {}), acc.get(base, {})
-    return [a[s] - b[s] for s in sorted(set(a) & set(b))]
 
 
 def summarize(results: list[dict]) -> str:

@@ -5,7 +5,7 @@ Usage::
     gnnpipe-plan DATASET --world N --layers L --hidden d --model M [--profile P]
         [--heads H] [--history-dtype float32|bfloat16] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
         [--link-rate RATE [--ranks-per-host K]]        (ranks on hosts of their own, RATE links per host)
-        [--wire auto|float32|bfloat16|int8|int4 [--accuracy-budget POINTS]] [--exact]
+        [--wire auto|float32|bfloat16|int8|int4 [--accuracy-budget POINTS] [--wire-accuracy FILE]] [--exact]
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
     gnnpipe-plan calibrate [--out FILE] [--thorough]   (measure this machine, write ./profiles/cpu-this-machine.toml)
@@ -31,8 +31,11 @@ which ``calibrate --network`` measures).
 expected accuracy loss is within ``--accuracy-budget`` points (default 0.5 with ``auto``),
 a lossy format counted 5 % slower (:data:`gnnpipe.cost.planner.WIRE_MIN_GAIN`: it must be
 predicted that much faster than float32 to be chosen). The
-expected losses are :data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`, a prior (compared with the
-accuracy benchmark's runs with ``--wire``), and the output says so. Each row shows its format, bytes
+expected losses are :data:`gnnpipe.cost.wire_accuracy.WIRE_ACCURACY_PRIOR`, a prior (compared with
+the accuracy benchmark's runs with ``--wire``), or, with ``--wire-accuracy FILE``, measured: the
+worst mean loss over the configurations of that results file of ``gnnpipe-bench accuracy --wire
+...`` (paired by seed; the planned model's configurations when it has any;
+:func:`gnnpipe.cost.wire_accuracy.from_results`); the output says which. Each row shows its format, bytes
 per epoch and expected loss; predicted times send the format's bytes and pay its encode and
 decode (:mod:`gnnpipe.cost.predict`), so on a fast link float32 stays first. ``--exact`` plans
 ``gnnpipe-train --exact`` (one chunk per way) and keeps float32 on the wire: a lossy ``--wire``
@@ -54,8 +57,8 @@ from gnnpipe.bench.epoch import repredict
 from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.config import WIRE_FORMATS
-from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_ACCURACY_SOURCE,
-                          WIRE_MIN_GAIN, GraphStats, ModelSpec, chunk_counts, feasible_topologies,
+from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_MIN_GAIN, GraphStats,
+                          WireAccuracy, wire_accuracy_from_results, ModelSpec, chunk_counts, feasible_topologies,
                           graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs, train_command,
                           user_profiles_dir, wire_choices, with_link)
 from gnnpipe.data.catalog import find_card, name_key, resolve_dataset
@@ -137,7 +140,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--accuracy-budget", type=float, default=None, metavar="POINTS",
                     help="largest accepted expected accuracy loss of a wire format, in points (default "
                          f"{DEFAULT_ACCURACY_BUDGET:g} with --wire auto); the expected losses are a prior "
-                         "(docs/benchmarks.md compares it with a measured run): " + ", ".join(f"{k} {v:g}" for k, v in WIRE_ACCURACY_PRIOR.items()))
+                         "(docs/benchmarks.md compares it with a measured run): " + ", ".join(f"{k} {v:g}" for k, v in WIRE_ACCURACY_PRIOR.items())
+                         + "; --wire-accuracy measures them")
+    ap.add_argument("--wire-accuracy", type=Path, default=None, metavar="FILE",
+                    help="take the wire formats' expected accuracy losses from measured runs: a results file of "
+                         "gnnpipe-bench accuracy --wire float32,int8,... (results/accuracy.json); the worst mean "
+                         "loss over its configurations, paired by seed, the planned model's when it has any")
     ap.add_argument("--exact", action="store_true",
                     help="plan gnnpipe-train --exact (no staleness: one chunk per way; float32 wire only)")
     ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
@@ -212,7 +220,7 @@ def _mb(b: float) -> str:
 
 
 def wire_lines(wires: Sequence[str], left_out: Sequence[str], requested: str, budget: float | None,
-               exact: bool = False) -> list[str]:
+               exact: bool = False, accuracy: WireAccuracy = WireAccuracy()) -> list[str]:
     """The header lines that say which wire formats were ranked, which were left out and
     where their expected accuracy losses come from."""
     if requested == "auto" and exact:
@@ -225,25 +233,26 @@ def wire_lines(wires: Sequence[str], left_out: Sequence[str], requested: str, bu
         how = f"--wire {requested}"
     lines = [f"wire     {', '.join(wires)} ({how})" + (f"; left out: {'; '.join(left_out)}" if left_out else "")]
     if requested != "float32":
-        lines.append(f"accuracy expected loss per wire format is a {WIRE_ACCURACY_SOURCE}")
+        lines.append(f"accuracy expected loss per wire format is {'a ' if accuracy.kind == 'prior' else ''}"
+                     f"{accuracy.source}")
     if any(w != "float32" for w in wires):
         lines.append(f"ranking  a lossy wire ranks as if {WIRE_MIN_GAIN:.0%} slower: chosen only where predicted "
                      "that much faster than float32")
     return lines
 
 
-def _wire_cost(best, preds) -> str:
+def _wire_cost(best, preds, kind: str = "prior") -> str:
     """What the recommendation's wire format saves and costs against float32 in the same layout."""
     if best.wire == "float32":
         return ""
     ref = next((p for p in preds if p.wire == "float32" and p.topology == best.topology), None)
     vs = (f" against {_mb(ref.bytes['total'])} MB and {ref.epoch_s * 1e3:.1f} ms in float32" if ref else "")
     return (f" --wire {best.wire}: {_mb(best.bytes['total'])} MB and {best.epoch_s * 1e3:.1f} ms per epoch{vs}; "
-            f"expected accuracy loss {best.accuracy_cost:.1f} points (a prior)")
+            f"expected accuracy loss {best.accuracy_cost:.2f} points ({'a prior' if kind == 'prior' else kind})")
 
 
 def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth: dict | None = None,
-                 wire_info: Sequence[str] = (), exact: bool = False) -> str:
+                 wire_info: Sequence[str] = (), exact: bool = False, accuracy_kind: str = "prior") -> str:
     """The human table: one line per configuration (layout and wire format), the rejected
     ones with their reason, and the ``gnnpipe-train`` command of the best that fits (with
     ``synth`` flags for a generated graph, the profile's device, ``--wire`` and ``--exact``)."""
@@ -263,7 +272,7 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth:
     for i, p in enumerate(shown, 1):
         lines.append(
             f"{i:>3} {p.topology.label():<26} {p.wire:<8} {p.epoch_s * 1e3:>9.1f} {p.compute_s * 1e3:>8.1f} "
-            f"{p.comm_s * 1e3:>8.1f} {p.bubble_s * 1e3:>8.1f} {_mb(p.bytes['total']):>10} {p.accuracy_cost:>8.1f} "
+            f"{p.comm_s * 1e3:>8.1f} {p.bubble_s * 1e3:>8.1f} {_mb(p.bytes['total']):>10} {p.accuracy_cost:>8.2f} "
             f"{p.peak_mem_bytes / 2**30:>9.2f}  " + ("yes" if p.fits else f"no: {p.reason}")
         )
     notes = sorted({n for p in shown for n in p.notes})
@@ -271,7 +280,7 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth:
         lines += [""] + [f"note: {n}" for n in notes]
     lines.append("")
     if fitting:
-        lines.append("recommended:" + _wire_cost(fitting[0], preds))
+        lines.append("recommended:" + _wire_cost(fitting[0], preds, accuracy_kind))
         lines.append("  " + train_command(fitting[0], dataset, spec, device=profile.device, synth=synth, exact=exact))
     else:
         lines.append("no configuration fits the profile's memory; use more devices or a smaller model")
@@ -332,7 +341,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
     spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
                      history_bytes=2 if args.history_dtype == "bfloat16" else 4)
-    wires, wires_out = wire_choices(args.wire, args.accuracy_budget, args.exact)
+    accuracy = (wire_accuracy_from_results(args.wire_accuracy, args.model) if args.wire_accuracy is not None
+                else WireAccuracy())
+    wires, wires_out = wire_choices(args.wire, args.accuracy_budget, args.exact, accuracy)
     try:
         profile = load_profile(args.profile)
     except UnicodeDecodeError:  # a binary file given as --profile
@@ -357,7 +368,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: [{time.perf_counter() - t0:5.1f} s] {line}", file=sys.stderr, flush=True)
 
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
-                         estimate_nodes=est_nodes, seed=args.seed, progress=progress, wires=wires, exact=args.exact)
+                         estimate_nodes=est_nodes, seed=args.seed, progress=progress, wires=wires, exact=args.exact,
+                         accuracy=accuracy)
     if not preds:
         raise GnnpipeError(f"--world {args.world}: no feasible configuration for {stats.num_nodes} nodes")
     if args.json:
@@ -373,9 +385,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "wire": {"requested": args.wire, "ranked": wires, "left_out": wires_out,
                      "accuracy_budget": (DEFAULT_ACCURACY_BUDGET if args.wire == "auto" and args.accuracy_budget is None
                                          else args.accuracy_budget),
-                     "expected_accuracy_loss": dict(WIRE_ACCURACY_PRIOR), "expected_accuracy_source": WIRE_ACCURACY_SOURCE},
+                     "expected_accuracy_loss": dict(accuracy.loss), "expected_accuracy_source": accuracy.source,
+                     "expected_accuracy_kind": accuracy.kind},
             # each prediction: "wire", "bytes" (halo, pipe, allreduce, total: the volume
-            # formulas in that format), "codec_s" and "accuracy_cost" (points, the prior)
+            # formulas in that format), "codec_s" and "accuracy_cost" (points, expected_accuracy_kind)
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
             "recommended": (train_command(fitting[0], dataset, spec, device=profile.device, synth=synth,
                                           exact=args.exact) if fitting else None),
@@ -385,7 +398,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(out, indent=1, default=str))
     else:
         print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth,
-                           wire_info=wire_lines(wires, wires_out, args.wire, args.accuracy_budget, args.exact),
+                           wire_info=wire_lines(wires, wires_out, args.wire, args.accuracy_budget, args.exact, accuracy),
+                           accuracy_kind=accuracy.kind,
                            exact=args.exact))
     return 0
 

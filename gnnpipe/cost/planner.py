@@ -3,8 +3,8 @@ epoch time, and the ``gnnpipe-train`` command of a choice.
 
 Wire formats (``--wire``, issue 20): :func:`wire_choices` turns ``gnnpipe-plan --wire`` and
 ``--accuracy-budget`` into the formats to rank; :func:`rank_configs` predicts every layout in
-each of them and tags each prediction with the format's expected accuracy loss from
-:data:`WIRE_ACCURACY_PRIOR`: a prior, compared there with this repository's accuracy runs.
+each of them and tags each prediction with the format's expected accuracy loss
+(:mod:`gnnpipe.cost.wire_accuracy`: the prior, or a user's measured runs).
 
 :func:`rank_configs` fills the partition facts the statistics lack from a synthetic sample
 (:func:`gnnpipe.cost.graphstats.estimate_part_info`: that runs METIS), then calls the pure
@@ -24,30 +24,12 @@ from gnnpipe.cost.inputs import GraphStats, ModelSpec
 from gnnpipe.cost.predict import Prediction, predict
 from gnnpipe.cost.profile import HardwareProfile
 from gnnpipe.cost.units import num_units
+from gnnpipe.cost.wire_accuracy import PRIOR, WireAccuracy
 from gnnpipe.dims import ParallelDims
 
 #: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
 CHUNK_FACTORS = (1, 2, 4, 8)
 
-#: Expected test-accuracy loss of each wire format against float32, in points: a
-#: conservative PRIOR. This repository's accuracy runs with ``--wire`` (docs/benchmarks.md:
-#: GCNII-32 on Squirrel and Physics in every mode over 3 seeds, ResGCN+-32 one seed) moved
-#: GCNII's mean test accuracy by at most 0.22 points with int8 (within the prior's 0.3) and
-#: 0.61 ± 1.06 with bfloat16 (Squirrel's stale pipeline, where the seed-to-seed spread is
-#: larger than the effect; 0.06 or less elsewhere), so the figures stay a prior. AdaQP
-#: (MLSys 2023) reports stochastic low-bit (2-8 bit) boundary messages within
-#: 0.30 points of float32, so int8 (255 levels, stochastic rounding, per-row scale and offset)
-#: takes 0.3; int4 (15 levels) about three times that, 1.0, since Sylvie's logs show the loss
-#: of coarse messages growing with depth (these models are 16-128 layers deep); bfloat16 rounds
-#: to nearest (relative error <= 2**-9 per value, not unbiased): 0.1, so that an accuracy
-#: budget of 0 admits float32 alone. Replace them with measured figures once enough seeds
-#: separate the formats' effect from the stale pipeline's seed-to-seed spread.
-WIRE_ACCURACY_PRIOR = {"float32": 0.0, "bfloat16": 0.1, "int8": 0.3, "int4": 1.0}
-#: How the planner's output labels those figures.
-WIRE_ACCURACY_SOURCE = ("prior: float32 0, bfloat16 0.1, int8 0.3 (AdaQP's published <= 0.30 for stochastic "
-                        "low-bit messages), int4 1.0 points; measured here over 3 seeds, GCNII-32 on Squirrel and "
-                        "Physics moved by at most 0.22 (int8) and 0.61 (bfloat16, within its seed spread) points "
-                        "(docs/benchmarks.md, accuracy with --wire)")
 #: A lossy wire format ranks as if its epoch took this fraction longer: it is chosen over
 #: float32 only where the model predicts it about 5 % faster. The cost model is judged
 #: within 25 % of measured epochs (docs/benchmarks.md ``epoch``), so a predicted gain of a
@@ -59,11 +41,12 @@ DEFAULT_ACCURACY_BUDGET = 0.5
 
 
 def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
-                 exact: bool = False) -> tuple[list[str], list[str]]:
+                 exact: bool = False, accuracy: WireAccuracy = PRIOR) -> tuple[list[str], list[str]]:
     """The wire formats to rank for ``gnnpipe-plan --wire`` / ``--accuracy-budget`` / ``--exact``.
 
-    ``auto``: every format whose expected loss (:data:`WIRE_ACCURACY_PRIOR`) is within the
-    budget (default :data:`DEFAULT_ACCURACY_BUDGET`), float32 alone with ``exact``. A named
+    ``auto``: every format whose expected loss (``accuracy``: the prior unless measured runs
+    are given, :mod:`gnnpipe.cost.wire_accuracy`) is within the budget (default
+    :data:`DEFAULT_ACCURACY_BUDGET`), float32 alone with ``exact``. A named
     format: that one, refused with one line when it is lossy under ``exact`` or its
     expected loss exceeds a given budget.
 
@@ -84,9 +67,9 @@ def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
         budget = DEFAULT_ACCURACY_BUDGET if accuracy_budget is None else accuracy_budget
         keep, out = [], []
         for f in WIRE_FORMATS:
-            cost = WIRE_ACCURACY_PRIOR[f]
+            cost = accuracy.loss[f]
             if cost > budget:
-                out.append(f"{f}: expected loss {cost:.1f} points (prior) > accuracy budget {budget:g}")
+                out.append(f"{f}: expected loss {cost:.2f} points ({accuracy.kind}) > accuracy budget {budget:g}")
             else:
                 keep.append(f)
         return keep, out
@@ -95,10 +78,11 @@ def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
     if exact and wire != "float32":
         raise GnnpipeError(f"--exact keeps float32 on the wire; --wire {wire} is lossy "
                            "(drop --exact or use --wire float32)")
-    cost = WIRE_ACCURACY_PRIOR[wire]
+    cost = accuracy.loss[wire]
     if accuracy_budget is not None and cost > accuracy_budget:
-        raise GnnpipeError(f"--wire {wire}: expected loss {cost:.1f} points (prior) exceeds --accuracy-budget "
-                           f"{accuracy_budget:g} (raise the budget, or --wire auto to choose within it)")
+        raise GnnpipeError(f"--wire {wire}: expected loss {cost:.2f} points ({accuracy.kind}) exceeds "
+                           f"--accuracy-budget {accuracy_budget:g} (raise the budget, or --wire auto to choose "
+                           "within it)")
     return [wire], []
 
 
@@ -136,7 +120,7 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                  chunk_factors: Sequence[int] = CHUNK_FACTORS, estimate: bool = True,
                  estimate_nodes: int = 20000, seed: int = 0,
                  progress: Callable[[str], None] | None = None, wires: Sequence[str] = (),
-                 exact: bool = False) -> list[Prediction]:
+                 exact: bool = False, accuracy: WireAccuracy = PRIOR) -> list[Prediction]:
     """Predict every feasible configuration and rank them.
 
     Missing partition facts (Σ M_p for P = world parts or D ways) are estimated from a
@@ -146,7 +130,7 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
     Args:
         wires: the wire formats to rank every layout in (default: ``spec.wire``'s alone;
             :func:`wire_choices` makes the list); each prediction carries its ``wire`` and
-            ``accuracy_cost`` (:data:`WIRE_ACCURACY_PRIOR`).
+            ``accuracy_cost`` (``accuracy.loss``: the prior by default).
         exact: plan ``gnnpipe-train --exact`` (one chunk per way; float32 wire only).
 
     Returns:
@@ -183,7 +167,7 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                                           chunk_nbrs={**e.chunk_nbrs, **have.chunk_nbrs},
                                           source=have.source + " (chunk facts estimated)"))
             stats = stats.with_parts(merged)
-    preds = [replace(predict(stats, replace(spec, wire=w), t, profile), accuracy_cost=WIRE_ACCURACY_PRIOR[w])
+    preds = [replace(predict(stats, replace(spec, wire=w), t, profile), accuracy_cost=accuracy.loss[w])
              for t in topos for w in wires]
     preds.sort(key=rank_key)
     return preds

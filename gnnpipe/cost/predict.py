@@ -133,7 +133,7 @@ class Prediction:
         codec_s: the busiest rank's (stage's) encode + decode time per epoch, included in
             ``compute_s`` (0 in float32).
         accuracy_cost: expected accuracy loss of ``wire`` in points, as the planner's table
-            gives it (:data:`gnnpipe.cost.planner.WIRE_ACCURACY_PRIOR`); 0 from :func:`predict`.
+            gives it (:mod:`gnnpipe.cost.wire_accuracy`); 0 from :func:`predict`.
     """
 
     topology: ParallelDims
