@@ -131,7 +131,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         def bad(name: str, value: Any, expected: str) -> None:
-            raise GnnpipeError(f"config field {name!r} = {value!r}: expected {expected}")
+            raise _bad(name, value, expected)
 
         if self.mode not in MODES:
             bad("mode", self.mode, f"one of {MODES}")
@@ -174,8 +174,17 @@ MATH_FIELDS = tuple(f.name for f in fields(TrainConfig) if f.metadata.get("math"
 INT_MAX = 2**63 - 1
 
 
-def _bad(name: str, value: Any, expected: str) -> GnnpipeError:
-    return GnnpipeError(f"config field {name!r} = {value!r}: expected {expected}")
+class ConfigFieldError(GnnpipeError):
+    """One config field's value is wrong; ``field`` names it, so that :func:`parse_config`
+    can say which file it came from when a ``--config`` file set it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _bad(name: str, value: Any, expected: str) -> ConfigFieldError:
+    return ConfigFieldError(name, f"config field {name!r} = {value!r}: expected {expected}")
 
 
 def check_field_types(cfg: "TrainConfig") -> None:
@@ -399,15 +408,19 @@ def load_toml(path: str | Path) -> dict:
 def parse_config(argv: Sequence[str] | None) -> tuple[TrainConfig, argparse.Namespace]:
     """Flags over ``--config`` file over defaults."""
     ns = build_parser().parse_args(list(argv) if argv is not None else None)
-    values: dict[str, Any] = {}
-    if ns.config:
-        values.update(load_toml(ns.config))
+    values: dict[str, Any] = load_toml(ns.config) if ns.config else {}
+    from_file = set(values)
     for f in fields(TrainConfig):
         v = getattr(ns, f.name)
         if v is not None:
             values[f.name] = v
+            from_file.discard(f.name)
     try:
         cfg = TrainConfig(**values)
     except TypeError as e:
         raise GnnpipeError(f"config: {e}") from None
+    except ConfigFieldError as e:
+        if e.field in from_file:  # name the file the bad value came from
+            raise GnnpipeError(f"{resolve_config_file(ns.config)}: {e}") from None
+        raise
     return cfg, ns

@@ -259,7 +259,8 @@ def _cases() -> list[tuple[str, list[str], str | None]]:
         out = [] if text.startswith("out ") else ["--out", "{NEW}"]
         special = {"syntax": "not valid TOML", "table": "unknown field", "unknown_field": "unknown field",
                    "hidden_huge": "GiB", "nodes_huge": "GiB"}
-        want = special.get(name, f"'{text.split('=')[0].strip()}'")  # the message names the field
+        # the message names the file and the field
+        want = special.get(name, f"{name}.toml: config field '{text.split('=')[0].strip()}'")
         cases.append((T, ["--config", f"{{T:{name}}}", *out], want))
     for argv, want in TRAIN_OUT_CASES:
         cases.append((T, [*TRAIN_OK, *argv], want))

@@ -92,6 +92,22 @@ def test_config_path_beats_preset_name(tmp_path, monkeypatch):
     assert cfg2.layers == tomllib.loads((PRESET_DIR / "tiny.toml").read_text())["layers"]
 
 
+def test_a_bad_value_names_its_config_file_unless_a_flag_set_it(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text('wire = "int16"\nepochs = 3\n')
+    with pytest.raises(GnnpipeError) as e:
+        parse_config(["--config", str(f)])
+    assert str(e.value).startswith(f"{f}: config field 'wire' = 'int16'")
+    # a flag overrides the file's bad value: nothing to blame the file for
+    cfg, _ = parse_config(["--config", str(f), "--wire", "int8"])
+    assert (cfg.wire, cfg.epochs) == ("int8", 3)
+    # the bad value is the flag's: the message does not name the file
+    f.write_text("epochs = 3\n")
+    with pytest.raises(GnnpipeError) as e:
+        parse_config(["--config", str(f), "--lr", "-1"])
+    assert str(e.value).startswith("config field 'lr'") and str(f) not in str(e.value)
+
+
 def test_unknown_config_names_the_presets():
     with pytest.raises(GnnpipeError) as e:
         parse_config(["--config", "no-such-preset"])
