@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 from gnnpipe import device  # noqa: E402
 from gnnpipe.comm import init_communicator  # noqa: E402
 from gnnpipe.config import TrainConfig  # noqa: E402
+from gnnpipe.cost.calibrate import time_call  # noqa: E402
 from gnnpipe.models import MODELS, Block, ModelConfig, RunCtx, build_model, loss_fn, ops  # noqa: E402
 
 RESULTS: dict = {}
@@ -205,15 +206,8 @@ def ranks(dev: torch.device, small: bool, tmp: Path, only: list[str] | None = No
 
 
 def _rate(fn, flops_or_bytes: float, dev: torch.device, k: int = 5) -> float:
-    fn()
-    device.synchronize(dev)
-    best = float("inf")
-    for _ in range(k):
-        t0 = time.perf_counter()
-        fn()
-        device.synchronize(dev)
-        best = min(best, time.perf_counter() - t0)
-    return flops_or_bytes / best
+    """Work per second of ``fn``'s fastest of ``k`` synchronised wall-clock calls."""
+    return flops_or_bytes / time_call(fn, k, best=True, cpu=False, dev=dev)
 
 
 def _epoch_time(step, dev: torch.device, epochs: int) -> float:

@@ -66,7 +66,7 @@ def _p2p_rank(comm, sizes: Sequence[int], reps: int = 20) -> dict:
     return out
 
 
-def _timeit(fn, reps: int, best: bool = False, cpu: bool = True, dev: torch.device | None = None) -> float:
+def time_call(fn, reps: int, best: bool = False, cpu: bool = True, dev: torch.device | None = None) -> float:
     """Median (or, with ``best``, the fastest) of ``reps`` timed calls after one warm-up.
 
     With ``cpu`` (the default) the clock is this thread's CPU time, not the wall clock:
@@ -103,7 +103,7 @@ def measure(quick: bool = False, p2p: bool = True) -> dict:
     n = 4096 if quick else 16384
     a = torch.randn(n, 256)
     w = torch.randn(256, 256)
-    t = _timeit(lambda: a @ w, reps)
+    t = time_call(lambda: a @ w, reps)
     res["gemm_flops_s"] = 2.0 * n * 256 * 256 / t
     # Random CSR, degree 40, 10,000 rows: the operand of a d-wide SpMM is 2.5-5 MB, like
     # Squirrel or a Physics partition (a 50,000-row one runs ~4x slower, out of cache).
@@ -117,13 +117,13 @@ def measure(quick: bool = False, p2p: bool = True) -> dict:
     per_w = {}
     for width in (16, 64, 128):
         x = torch.randn(nn_, width)
-        t = _timeit(lambda: torch.sparse.mm(adj, x), reps)
+        t = time_call(lambda: torch.sparse.mm(adj, x), reps)
         per_w[width] = nn_ * deg * width / t
     res["spmm_by_width"] = per_w
     res["spmm_edge_width_s"] = per_w[64]
     big = torch.randn((8 if quick else 32) * 2**20 // 4 * 4)
     dst = torch.empty_like(big)
-    t = _timeit(lambda: dst.copy_(big), reps)
+    t = time_call(lambda: dst.copy_(big), reps)
     res["mem_bytes_s"] = 2.0 * big.nbytes / t
     # Fixed cost of one unit pass: a GCN-like unit (dropout, linear, SpMM, ReLU) forward
     # and backward on 64 rows, where the arithmetic is negligible.
@@ -136,7 +136,7 @@ def measure(quick: bool = False, p2p: bool = True) -> dict:
         y = torch.relu(torch.sparse.mm(small, lin(z)))
         y.sum().backward()
 
-    t_unit = _timeit(unit, 50 if quick else 200)
+    t_unit = time_call(unit, 50 if quick else 200)
     res["unit_overhead_s"] = t_unit / 2.0  # forward + backward = two passes
     if p2p:
         sizes = [8, 2**20, 16 * 2**20] if not quick else [8, 2**20]
@@ -208,7 +208,7 @@ def measure_dropout(quick: bool = False, dev: torch.device | None = None) -> flo
         ep[0] += 1
         ops.hashed_dropout(h, gid, 0.5, 0, ep[0], 1).backward(g)
 
-    return n * w / _timeit(step, 3 if quick else 7, best=True, dev=dev)
+    return n * w / time_call(step, 3 if quick else 7, best=True, dev=dev)
 
 
 def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = False,
@@ -247,7 +247,7 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
             out = m(blk, x, RunCtx(training=True, epoch=ep[0], seed=0))
             out.sum().backward()
 
-        t = _timeit(step, reps, best=True, dev=dev)
+        t = time_call(step, reps, best=True, dev=dev)
         st = GraphStats(n, int(indices.size), F, K)
         us = unit_works(st, ModelSpec(model, L, d))
         if dropout_values_s > 0:
@@ -295,7 +295,7 @@ def measure_chunk_path(quick: bool = False, dev: torch.device | None = None) -> 
             src.sum().backward()
             gacc.index_add_(0, ids, nbr.grad)
 
-        ys.append(_timeit(path, 5 if quick else 15, best=True, dev=dev))
+        ys.append(time_call(path, 5 if quick else 15, best=True, dev=dev))
         xs.append(4.0 * d * (2 * rows + 3 * nbrs))
     slope, icpt = np.polyfit(xs, ys, 1)
     return {"gather_bytes_s": 1.0 / max(slope, 1e-15), "chunk_overhead_s": max(float(icpt), 0.0)}
@@ -559,7 +559,7 @@ def _gpu_rates(dev: torch.device, quick: bool = False) -> dict:
     n = 1 << (14 if quick else 20)
     a = torch.randn(n, 256, device=dev)
     w = torch.randn(256, 256, device=dev)
-    res = {"rows": n, "gemm_flops_s": 2.0 * n * 256 * 256 / _timeit(lambda: a @ w, 10, best=True, dev=dev)}
+    res = {"rows": n, "gemm_flops_s": 2.0 * n * 256 * 256 / time_call(lambda: a @ w, 10, best=True, dev=dev)}
     del a, w
     nn_, deg = n, 20
     indptr, indices = _random_csr(nn_, deg, 7)
@@ -568,12 +568,12 @@ def _gpu_rates(dev: torch.device, quick: bool = False) -> dict:
     per_w = {}
     for width in (16, 64, 128):
         x = torch.randn(nn_, width, device=dev)
-        per_w[width] = indices.size * width / _timeit(lambda: torch.sparse.mm(adj, x), 10, best=True, dev=dev)
+        per_w[width] = indices.size * width / time_call(lambda: torch.sparse.mm(adj, x), 10, best=True, dev=dev)
     res["spmm_by_width"] = per_w
     del adj, x
     big = torch.randn((4 if quick else 256) * 2**20 // 4, device=dev)
     dst = torch.empty_like(big)
-    res["mem_bytes_s"] = 2.0 * big.nbytes / _timeit(lambda: dst.copy_(big), 10, best=True, dev=dev)
+    res["mem_bytes_s"] = 2.0 * big.nbytes / time_call(lambda: dst.copy_(big), 10, best=True, dev=dev)
     return res
 
 
