@@ -279,7 +279,9 @@ def test_measured_expected_losses_pair_seeds_and_prefer_the_planned_model(tmp_pa
     assert mine.kind == "measured"
     assert mine.loss["float32"] == 0 and mine.loss["bfloat16"] == 0.0
     assert mine.loss["int8"] == pytest.approx(0.2)  # a-graph only: the gcnii configurations
-    assert mine.loss["int4"] == WIRE_ACCURACY_PRIOR["int4"] and "int4 1 (prior: not measured)" in mine.source
+    assert mine.loss["int4"] == WIRE_ACCURACY_PRIOR["int4"] and "int4 1.00 (prior: not measured)" in mine.source
+    assert mine.measured == {"bfloat16", "int8"} and mine.kind_of("int8") == "measured"
+    assert mine.kind_of("int4") == "prior"  # not in the file: the prior, and labelled so
     assert "2 seed pairs: a-graph" in mine.source and str(p) in mine.source
     every = wire_accuracy_from_results(p, model="gcn")  # no gcn configuration: all of them
     assert every.loss["int8"] == pytest.approx(0.9)  # the worst mean: b-pipe
@@ -288,6 +290,9 @@ def test_measured_expected_losses_pair_seeds_and_prefer_the_planned_model(tmp_pa
     assert wire_choices("auto", 0.5, accuracy=mine)[0] == ["float32", "bfloat16", "int8"]
     kept, out = wire_choices("auto", 0.5, accuracy=every)
     assert kept == ["float32", "bfloat16"] and out[0] == "int8: expected loss 0.90 points (measured) > accuracy budget 0.5"
+    assert out[1] == "int4: expected loss 1.00 points (prior) > accuracy budget 0.5"
+    with pytest.raises(GnnpipeError, match=r"--wire int4: expected loss 1.00 points \(prior\) exceeds"):
+        wire_choices("int4", 0.5, accuracy=every)
 
 
 def test_cli_wire_accuracy_file(capsys, tmp_path):
@@ -297,6 +302,7 @@ def test_cli_wire_accuracy_file(capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)["wire"]
     assert out["ranked"] == ["float32", "bfloat16", "int8"] and out["expected_accuracy_kind"] == "measured"
     assert out["expected_accuracy_loss"]["int8"] == pytest.approx(0.2)
+    assert out["expected_accuracy_measured"] == ["bfloat16", "int8"]
     assert plan_main([*ARGS, "--model", "gcn", "--link-rate", "100mbit", "--wire", "auto", "--wire-accuracy", str(p)]) == 0
     txt = capsys.readouterr().out
     assert "left out: int8: expected loss 0.90 points (measured) > accuracy budget 0.5" in txt

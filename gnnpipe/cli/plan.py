@@ -241,18 +241,19 @@ def wire_lines(wires: Sequence[str], left_out: Sequence[str], requested: str, bu
     return lines
 
 
-def _wire_cost(best, preds, kind: str = "prior") -> str:
+def _wire_cost(best, preds, accuracy: WireAccuracy = WireAccuracy()) -> str:
     """What the recommendation's wire format saves and costs against float32 in the same layout."""
     if best.wire == "float32":
         return ""
     ref = next((p for p in preds if p.wire == "float32" and p.topology == best.topology), None)
     vs = (f" against {_mb(ref.bytes['total'])} MB and {ref.epoch_s * 1e3:.1f} ms in float32" if ref else "")
     return (f" --wire {best.wire}: {_mb(best.bytes['total'])} MB and {best.epoch_s * 1e3:.1f} ms per epoch{vs}; "
-            f"expected accuracy loss {best.accuracy_cost:.2f} points ({'a prior' if kind == 'prior' else kind})")
+            f"expected accuracy loss {best.accuracy_cost:.2f} points "
+            f"({'a prior' if accuracy.kind_of(best.wire) == 'prior' else 'measured'})")
 
 
 def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth: dict | None = None,
-                 wire_info: Sequence[str] = (), exact: bool = False, accuracy_kind: str = "prior") -> str:
+                 wire_info: Sequence[str] = (), exact: bool = False, accuracy: WireAccuracy = WireAccuracy()) -> str:
     """The human table: one line per configuration (layout and wire format), the rejected
     ones with their reason, and the ``gnnpipe-train`` command of the best that fits (with
     ``synth`` flags for a generated graph, the profile's device, ``--wire`` and ``--exact``)."""
@@ -280,7 +281,7 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth:
         lines += [""] + [f"note: {n}" for n in notes]
     lines.append("")
     if fitting:
-        lines.append("recommended:" + _wire_cost(fitting[0], preds, accuracy_kind))
+        lines.append("recommended:" + _wire_cost(fitting[0], preds, accuracy))
         lines.append("  " + train_command(fitting[0], dataset, spec, device=profile.device, synth=synth, exact=exact))
     else:
         lines.append("no configuration fits the profile's memory; use more devices or a smaller model")
@@ -386,7 +387,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
                      "accuracy_budget": (DEFAULT_ACCURACY_BUDGET if args.wire == "auto" and args.accuracy_budget is None
                                          else args.accuracy_budget),
                      "expected_accuracy_loss": dict(accuracy.loss), "expected_accuracy_source": accuracy.source,
-                     "expected_accuracy_kind": accuracy.kind},
+                     "expected_accuracy_kind": accuracy.kind,
+                     "expected_accuracy_measured": sorted(accuracy.measured)},
             # each prediction: "wire", "bytes" (halo, pipe, allreduce, total: the volume
             # formulas in that format), "codec_s" and "accuracy_cost" (points, expected_accuracy_kind)
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
@@ -399,7 +401,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     else:
         print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth,
                            wire_info=wire_lines(wires, wires_out, args.wire, args.accuracy_budget, args.exact, accuracy),
-                           accuracy_kind=accuracy.kind,
+                           accuracy=accuracy,
                            exact=args.exact))
     return 0
 

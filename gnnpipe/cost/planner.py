@@ -69,7 +69,7 @@ def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
         for f in WIRE_FORMATS:
             cost = accuracy.loss[f]
             if cost > budget:
-                out.append(f"{f}: expected loss {cost:.2f} points ({accuracy.kind}) > accuracy budget {budget:g}")
+                out.append(f"{f}: expected loss {cost:.2f} points ({accuracy.kind_of(f)}) > accuracy budget {budget:g}")
             else:
                 keep.append(f)
         return keep, out
@@ -80,7 +80,7 @@ def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
                            "(drop --exact or use --wire float32)")
     cost = accuracy.loss[wire]
     if accuracy_budget is not None and cost > accuracy_budget:
-        raise GnnpipeError(f"--wire {wire}: expected loss {cost:.2f} points ({accuracy.kind}) exceeds "
+        raise GnnpipeError(f"--wire {wire}: expected loss {cost:.2f} points ({accuracy.kind_of(wire)}) exceeds "
                            f"--accuracy-budget {accuracy_budget:g} (raise the budget, or --wire auto to choose "
                            "within it)")
     return [wire], []

@@ -56,11 +56,18 @@ class WireAccuracy:
         loss: format -> expected loss, every format of :data:`WIRE_FORMATS` (float32: 0).
         source: one line for the planner's output.
         kind: ``"prior"``, or ``"measured"`` when at least one format's figure was measured.
+        measured: the formats whose figure was measured (the others keep the prior).
     """
 
     loss: Mapping[str, float] = field(default_factory=lambda: dict(WIRE_ACCURACY_PRIOR))
     source: str = WIRE_ACCURACY_SOURCE
     kind: str = "prior"
+    measured: frozenset = frozenset()
+
+    def kind_of(self, fmt: str) -> str:
+        """Where ``fmt``'s figure comes from: ``"measured"`` or ``"prior"`` (float32's 0 is
+        neither measured nor assumed; it is labelled like the rest)."""
+        return "measured" if fmt in self.measured else "prior"
 
     def __post_init__(self) -> None:
         missing = [f for f in WIRE_FORMATS if f not in self.loss]
@@ -147,7 +154,7 @@ def from_results(path: str | Path, model: str | None = None) -> WireAccuracy:
         mine = {c: d for c, d in configs.items() if model is not None and models.get(c) == model}
         use = mine or configs
         if not use:
-            said.append(f"{fmt} {loss[fmt]:g} (prior: not measured)")
+            said.append(f"{fmt} {loss[fmt]:.2f} (prior: not measured)")
             continue
         means = {c: statistics.mean(d) for c, d in use.items()}
         worst = min(means, key=means.get)
@@ -155,4 +162,4 @@ def from_results(path: str | Path, model: str | None = None) -> WireAccuracy:
         seeds = sum(len(d) for d in use.values())
         scope = f"{model} configurations" if mine else "configurations"
         said.append(f"{fmt} {loss[fmt]:.2f} (worst mean of {len(use)} {scope}, {seeds} seed pairs: {worst})")
-    return WireAccuracy(loss, f"measured in {p}: " + "; ".join(said), "measured")
+    return WireAccuracy(loss, f"measured in {p}: " + "; ".join(said), "measured", frozenset(pairs))
