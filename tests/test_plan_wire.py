@@ -282,7 +282,7 @@ def test_measured_expected_losses_pair_seeds_and_prefer_the_planned_model(tmp_pa
     assert mine.loss["int4"] == WIRE_ACCURACY_PRIOR["int4"] and "int4 1.00 (prior: not measured)" in mine.source
     assert mine.measured == {"bfloat16", "int8"} and mine.kind_of("int8") == "measured"
     assert mine.kind_of("int4") == "prior"  # not in the file: the prior, and labelled so
-    assert "2 seed pairs: a-graph" in mine.source and str(p) in mine.source
+    assert "worst mean of 1 gcnii configuration, 2 seed pairs: a-graph" in mine.source and str(p) in mine.source
     every = wire_accuracy_from_results(p, model="gcn")  # no gcn configuration: all of them
     assert every.loss["int8"] == pytest.approx(0.9)  # the worst mean: b-pipe
     assert "worst mean of 2 configurations, 4 seed pairs: b-pipe" in every.source
