@@ -58,14 +58,17 @@ class WireAccuracy:
     Attributes:
         loss: format -> expected loss, every format of :data:`WIRE_FORMATS` (float32: 0).
         source: one line for the planner's output.
-        kind: ``"prior"``, or ``"measured"`` when at least one format's figure was measured.
         measured: the formats whose figure was measured (the others keep the prior).
     """
 
     loss: Mapping[str, float] = field(default_factory=lambda: dict(WIRE_ACCURACY_PRIOR))
     source: str = WIRE_ACCURACY_SOURCE
-    kind: str = "prior"
     measured: frozenset = frozenset()
+
+    @property
+    def kind(self) -> str:
+        """``"measured"`` when at least one format's figure was measured, else ``"prior"``."""
+        return "measured" if self.measured else "prior"
 
     def kind_of(self, fmt: str) -> str:
         """Where ``fmt``'s figure comes from: ``"measured"`` or ``"prior"`` (float32's 0 is
@@ -165,4 +168,4 @@ def from_results(path: str | Path, model: str | None = None) -> WireAccuracy:
         seeds = sum(len(d) for d in use.values())
         scope = (f"{model} " if mine else "") + ("configuration" if len(use) == 1 else "configurations")
         said.append(f"{fmt} {loss[fmt]:.2f} (worst mean of {len(use)} {scope}, {seeds} seed pairs: {worst})")
-    return WireAccuracy(loss, f"measured in {p}: " + "; ".join(said), "measured", frozenset(pairs))
+    return WireAccuracy(loss, f"measured in {p}: " + "; ".join(said), frozenset(pairs))
