@@ -113,7 +113,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise GnnpipeError("prepare: give a dataset NAME or --all")
-    _prepare_one(args.name, Path(args.raw) if args.raw else None, args)
+    if args.raw and args.raw_root:
+        raise GnnpipeError("prepare: give --raw DIR (this dataset's raw folder) or --raw-root DIR (the folder "
+                           "of raw dataset folders), not both")
+    raw = Path(args.raw) if args.raw else None
+    if raw is None and args.raw_root:
+        raw = catalog.raw_dir_for(catalog.get_card(args.name), args.raw_root, typed=args.name)
+    _prepare_one(args.name, raw, args)
     return 0
 
 
@@ -211,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(see `gnnpipe-data list`)")
     s.add_argument("--all", action="store_true", help="every card whose raw folder exists under --raw-root")
     s.add_argument("--raw", help="raw folder (default: <raw root>/NAME)")
-    s.add_argument("--raw-root", help="with --all: folder of raw dataset folders")
+    s.add_argument("--raw-root", help="folder of raw dataset folders, one per dataset (default: $GNNPIPE_DATASETS, "
+                   "else <data root>/raw)")
     s.add_argument("--root", help="data root; output goes to ROOT/NAME")
     s.add_argument("--split", type=int, default=None, help="fixed split index (heterophilous datasets; default 0)")
     s.add_argument("--seed", type=int, default=0, help="split seed (gnn-benchmark datasets; default 0)")

@@ -296,7 +296,9 @@ def load_from_card(card: Card, raw_dir: str | Path, split: int | None = None, se
     """
     raw_dir = Path(raw_dir)
     if not raw_dir.is_dir():
-        raise GnnpipeError(f"{card.name}: raw folder {raw_dir} not found (give --raw DIR)")
+        raise GnnpipeError(f"{card.name}: raw folder {raw_dir} not found: put the raw files there (from "
+                           f"{card.source}), or name their folder with --raw DIR, or the folder of raw "
+                           f"dataset folders with --raw-root DIR or ${roots.RAW_ROOT_ENV}")
     loader = loader_for(card.format)
     params = inspect.signature(loader).parameters
     kwargs: dict[str, Any] = dict(card.options)

@@ -98,6 +98,13 @@ class Graph:
             f = sp.csr_matrix(self.features)
             if f.dtype != np.float32:
                 f = f.astype(np.float32)
+            if self._hash is None and not f.has_canonical_format:
+                # One canonical form (each row's column indices sorted and distinct), so that
+                # prepared graphs convert to torch's sparse CSR and round-trip through PyG and
+                # DGL hash for hash. A loaded graph (its hash known) keeps its arrays as stored:
+                # they may be read-only memory maps, and its hash covers them as they are.
+                f = f.copy() if f is self.features else f
+                f.sum_duplicates()
             self.features = f
         else:
             self.features = np.asarray(self.features)
