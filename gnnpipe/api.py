@@ -42,6 +42,7 @@ from gnnpipe.models import GNN, ModelConfig, RunCtx, build_model
 from gnnpipe.models.block import Block
 from gnnpipe.models.user import Layer, UserChain
 from gnnpipe.parallel.features import features_to_tensor
+from gnnpipe.quiet import known_warnings_silenced
 from gnnpipe.testing import run_ranks
 from gnnpipe.train.loop import run_training
 from gnnpipe.train.rundir import open_run_dir
@@ -80,8 +81,9 @@ class TrainedModel(nn.Module):
             epoch: keys the dropout masks in training mode (ignored in ``eval()`` mode).
         """
         n = int(x.shape[0])
-        block = Block.from_edge_index(edge_index, n)
-        return self.gnn(block, x, RunCtx(training=self.training, epoch=epoch, seed=self.seed))
+        with known_warnings_silenced():
+            block = Block.from_edge_index(edge_index, n)
+            return self.gnn(block, x, RunCtx(training=self.training, epoch=epoch, seed=self.seed))
 
 
 @dataclass
@@ -111,19 +113,22 @@ class Result:
         was = self.model.training
         self.model.eval()
         try:
-            g = self.graph
-            block = Block.full(torch.as_tensor(np.asarray(g.indptr)), torch.as_tensor(np.asarray(g.indices)))
-            x = features_to_tensor(g.features)
-            ctx = RunCtx(training=False, epoch=0, seed=self.model.seed)
-            if isinstance(self.model, UserChain):
-                return self.model.run(block, x, ctx)
-            return self.model.gnn(block, x, ctx)
+            with known_warnings_silenced():
+                g = self.graph
+                # copies: a loaded graph's arrays may be read-only memory maps, which torch warns about
+                block = Block.full(torch.from_numpy(np.array(g.indptr, dtype=np.int64)),
+                                   torch.from_numpy(np.array(g.indices, dtype=np.int64)))
+                x = features_to_tensor(g.features)
+                ctx = RunCtx(training=False, epoch=0, seed=self.model.seed)
+                if isinstance(self.model, UserChain):
+                    return self.model.run(block, x, ctx)
+                return self.model.gnn(block, x, ctx)
         finally:
             self.model.train(was)
 
 
 def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike | None = None,
-        progress: bool = False, **options: Any) -> Result:
+        progress: bool = True, **options: Any) -> Result:
     """Train on ``graph`` in this process's role; every rank gets the same :class:`Result`.
 
     Args:
@@ -135,7 +140,8 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
         out: a run directory for ``config.json``, ``metrics.jsonl``, ``summary.json`` and
             checkpoints (locked for the run, as ``gnnpipe-train --out``); none by default.
             ``export="model.pt"`` writes the trained model as ``gnnpipe-train --export`` does.
-        progress: a progress bar on rank 0.
+        progress: a progress bar on rank 0, as ``gnnpipe-train`` shows (``progress=False``:
+            none).
         **options: any ``gnnpipe-train`` option, e.g. ``mode="pipeline", model="gcnii",
             layers=16, hidden=64, epochs=100, exact=True, threads=2``. Two more here:
             ``layers=[module, ...]`` (a list, not a count) trains your own chain of PyG / DGL
@@ -148,6 +154,14 @@ def fit(graph: Graph | str | None = None, *, comm=None, out: str | os.PathLike |
         GnnpipeError: an option or the data is invalid (one line naming it), or training
             failed on some rank (every rank raises it).
     """
+    # torch's sparse-CSR notices mean nothing to the caller; silenced only while fit runs.
+    with known_warnings_silenced():
+        return _fit(graph, comm, out, progress, options)
+
+
+def _fit(graph: Graph | str | None, comm, out: str | os.PathLike | None, progress: bool,
+         options: dict[str, Any]) -> Result:
+    """:func:`fit`'s body."""
     if "dataset" in options and graph is not None:
         raise GnnpipeError("give the data once: either fit(graph, ...) or fit(dataset=...)")
     if isinstance(graph, (str, os.PathLike)):

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import MODES
+from gnnpipe.extras import require_dgl
 
 #: The wire formats of ``--wire`` (:mod:`gnnpipe.parallel.wire` encodes them and re-exports
 #: this tuple).
@@ -156,6 +157,8 @@ class TrainConfig:
             bad("timeout", self.timeout, "a positive number of seconds")
         if self.hidden % self.heads and self.model == "gat":
             bad("hidden", self.hidden, f"a multiple of heads={self.heads} for gat")
+        if self.backend == "dgl":
+            require_dgl("--backend dgl")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -141,6 +141,7 @@ def test_chunk_equivalence(graph, model_name):
     assert_same(ref, got)
 
 
+@pytest.mark.dgl
 def test_dgl_partition_equivalence(graph):
     ip, ix, x = graph
     for name in ("gcn", "sage", "gcnii"):
@@ -227,6 +228,7 @@ def _grad_model(m):
     return gm
 
 
+@pytest.mark.dgl
 @pytest.mark.parametrize("model_name", MODELS)
 def test_pyg_vs_dgl(graph, model_name):
     ip, ix, x = graph

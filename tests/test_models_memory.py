@@ -160,6 +160,7 @@ def test_unit_saved_bytes_match_the_planner(chunk, model, idx, nf):
     assert abs(got - want) <= 0.03 * want, (got, want)
 
 
+@pytest.mark.dgl
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_dgl_keeps_what_pyg_keeps(chunk, model):
     """DGL's GraphConv / SAGEConv pick the same order, and keep the same rows."""

@@ -145,6 +145,7 @@ def test_user_chain_equals_plain_pyg_loop_on_mpi(world):
     _check(runs, got)
 
 
+@pytest.mark.dgl
 def test_dgl_chain_equals_plain_dgl_loop_in_pipeline_and_graph_mode():
     runs = [("dgl", "pipeline", {}), ("dgl", "graph", {})]
     got = gnnpipe.launch(f"{HERE}:_rank_fits", 2, "torch", args={"runs": runs}, timeout_s=300)
@@ -179,10 +180,6 @@ def test_non_local_layers_are_refused_in_one_line():
     with pytest.raises(gnnpipe.GnnpipeError, match=r"layers\[1\] \(GCNConv\).*normalize=False") as e:
         gnnpipe.fit(g, layers=[GraphConv(F, D), GCNConv(D, C)], epochs=1)
     assert "\n" not in str(e.value)
-    import dgl.nn as dglnn
-
-    with pytest.raises(gnnpipe.GnnpipeError, match=r"layers\[0\] \(GraphConv\).*norm='right'"):
-        gnnpipe.fit(g, layers=[dglnn.GraphConv(F, C)], epochs=1)  # norm='both' by default
     with pytest.raises(gnnpipe.GnnpipeError, match=r"layers\[1\] \(BatchNorm1d\).*LayerNorm"):
         gnnpipe.fit(g, layers=[nn.Linear(F, D), nn.BatchNorm1d(D), GraphConv(D, C)], epochs=1)
     with pytest.raises(gnnpipe.GnnpipeError, match=r"reads \['h0'\], which no earlier layer writes"):
@@ -193,6 +190,14 @@ def test_non_local_layers_are_refused_in_one_line():
         gnnpipe.fit(g, layers=graphconv_chain(), model="gcn", epochs=1)
     with pytest.raises(gnnpipe.GnnpipeError, match="act= applies to your own layers"):
         gnnpipe.fit(g, act="elu", epochs=1)
+
+
+@pytest.mark.dgl
+def test_a_non_local_dgl_layer_is_refused_in_one_line():
+    import dgl.nn as dglnn
+
+    with pytest.raises(gnnpipe.GnnpipeError, match=r"layers\[0\] \(GraphConv\).*norm='right'"):
+        gnnpipe.fit(small_graph(), layers=[dglnn.GraphConv(F, C)], epochs=1)  # norm='both' by default
 
 
 class Residual(nn.Module):
@@ -225,18 +230,28 @@ def test_example_runs_in_one_process_and_under_mpirun():
         assert "PASS" in p.stdout and "FAIL" not in p.stdout, p.stdout
 
 
-def _layer_zoo():
-    import dgl.nn as dglnn
+#: The zoo's first 7 layers are PyG's, the last 3 DGL's (the optional extra).
+N_PYG_ZOO, N_DGL_ZOO = 7, 3
+
+
+def _layer_zoo(i: int):
     from torch_geometric.nn import GATConv, GATv2Conv, GINConv, SAGEConv, TransformerConv
 
     torch.manual_seed(5)
-    return [GraphConv(F, D), GINConv(nn.Linear(F, D)), SAGEConv(F, D), GATConv(F, 4, heads=2),
-            GATv2Conv(F, D), TransformerConv(F, D), GCNConv(F, D, normalize=False),
-            dglnn.GINConv(nn.Linear(F, D), "mean"), dglnn.SAGEConv(F, D, "gcn"),
-            dglnn.GraphConv(F, D, norm="right", allow_zero_in_degree=True)]
+    zoo = [lambda: GraphConv(F, D), lambda: GINConv(nn.Linear(F, D)), lambda: SAGEConv(F, D),
+           lambda: GATConv(F, 4, heads=2), lambda: GATv2Conv(F, D), lambda: TransformerConv(F, D),
+           lambda: GCNConv(F, D, normalize=False)]
+    if i >= N_PYG_ZOO:
+        import dgl.nn as dglnn
+
+        zoo += [lambda: dglnn.GINConv(nn.Linear(F, D), "mean"), lambda: dglnn.SAGEConv(F, D, "gcn"),
+                lambda: dglnn.GraphConv(F, D, norm="right", allow_zero_in_degree=True)]
+    # every layer is built (in the same order as before), so layer i's weights do not depend on i
+    return [make() for make in zoo]
 
 
-@pytest.mark.parametrize("i", range(10))
+@pytest.mark.parametrize("i", [*range(N_PYG_ZOO),
+                               *(pytest.param(i, marks=pytest.mark.dgl) for i in range(N_PYG_ZOO, N_PYG_ZOO + N_DGL_ZOO))])
 def test_a_local_layer_on_sub_graphs_gives_the_whole_graph_rows(i):
     """A unit on parts with their halo (dst first: the bipartite path; dst last: the square
     path) gives exactly the rows of the layer on the whole graph."""
@@ -244,7 +259,7 @@ def test_a_local_layer_on_sub_graphs_gives_the_whole_graph_rows(i):
     from gnnpipe.models.block import Block
 
     g = small_graph()
-    layer = _layer_zoo()[i]
+    layer = _layer_zoo(i)[i]
     chain = UserChain([layer], act=None)
     x = torch.as_tensor(np.asarray(g.features))
     full = Block.full(torch.as_tensor(np.asarray(g.indptr)), torch.as_tensor(np.asarray(g.indices)))

@@ -10,23 +10,18 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from typing import Callable, Sequence
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.quiet import silence_for_process
 from gnnpipe.config import ArgumentParser  # noqa: F401  (every CLI's parser; defined low so config can use it)
 
 
 def quiet_known_warnings() -> None:
-    """Silence torch's once-per-process notices that every rank would print.
-
-    torch warns that sparse CSR is "beta" and that invariant checks are off; the CSR path
-    is exercised by our own tests. Process-wide state, so only command-line entry points
-    call this: ``import gnnpipe`` changes no global state.
-    """
-    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-    warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
-    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
+    """Silence torch's once-per-process notices that every rank would print
+    (:mod:`gnnpipe.quiet`). Process-wide state, so only command-line entry points call this:
+    ``import gnnpipe`` changes no global state."""
+    silence_for_process()
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None, prog: str = "gnnpipe") -> int:

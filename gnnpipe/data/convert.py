@@ -33,6 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.extras import require_dgl
+from gnnpipe.quiet import known_warnings_silenced
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -292,8 +294,10 @@ def to_pyg(graph: Any) -> Any:
     from torch_geometric.data import Data
 
     edge_index = torch.from_numpy(np.stack([graph.edge_src(), np.array(graph.indices, dtype=np.int64)]))
+    with known_warnings_silenced():  # torch's "sparse CSR is beta" notice
+        x = _torch_features(graph)
     return Data(
-        x=_torch_features(graph),
+        x=x,
         edge_index=edge_index,
         y=torch.from_numpy(np.array(graph.labels)),
         num_nodes=graph.num_nodes,
@@ -309,10 +313,16 @@ def _torch_features(graph: Any) -> Any:
 
     f = graph.features
     if graph.sparse_features:
+        # torch's CSR wants each row's column indices sorted and distinct; a graph prepared
+        # before Graph canonicalised its features (or loaded read-only from a memory map)
+        # may hold them in file order, so canonicalise a copy, never the graph's arrays.
+        f = sp.csr_matrix((np.array(f.data, dtype=np.float32), np.array(f.indices, dtype=np.int64),
+                           np.array(f.indptr, dtype=np.int64)), shape=f.shape)
+        f.sum_duplicates()  # sorts each row's indices, merges duplicates; in place on the copy
         return torch.sparse_csr_tensor(
-            torch.from_numpy(np.array(f.indptr, dtype=np.int64)),
-            torch.from_numpy(np.array(f.indices, dtype=np.int64)),
-            torch.from_numpy(np.array(f.data, dtype=np.float32)),
+            torch.from_numpy(f.indptr.astype(np.int64, copy=False)),
+            torch.from_numpy(f.indices.astype(np.int64, copy=False)),
+            torch.from_numpy(f.data),
             size=f.shape,
             check_invariants=True,  # O(nnz); also opts out of torch's "checks are disabled" warning
         )
@@ -370,14 +380,17 @@ def to_dgl(graph: Any) -> Any:
     import torch
     # dgl is an optional, heavy import (~1.5 s, prints its backend choice): only the
     # converters need it.
-    import dgl
+    require_dgl("Graph.to_dgl()")
+    with known_warnings_silenced():  # also sets DGLBACKEND, so dgl does not print its choice
+        import dgl
 
+        x = _torch_features(graph)
     g = dgl.graph(
         (torch.from_numpy(graph.edge_src()), torch.from_numpy(np.array(graph.indices, dtype=np.int64))),
         num_nodes=graph.num_nodes,
         idtype=torch.int64,
     )
-    g.ndata["feat"] = _torch_features(graph)
+    g.ndata["feat"] = x
     g.ndata["label"] = torch.from_numpy(np.array(graph.labels))
     for m in MASKS:
         g.ndata[m] = torch.from_numpy(np.array(getattr(graph, m)))

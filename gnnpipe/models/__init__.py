@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import BACKENDS, FEATURE_FIRST_MODELS, MODELS
+from gnnpipe.extras import require_dgl
 from gnnpipe.models.block import Block, BlockError
 from gnnpipe.models.units import (
     ConvUnit,
@@ -145,6 +146,7 @@ class GNN(nn.Module):
 
 def _backend(name: str):
     if name == "dgl":
+        require_dgl("the dgl backend")
         from gnnpipe.models import dgl as mod
     else:
         from gnnpipe.models import pyg as mod

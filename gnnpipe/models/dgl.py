@@ -23,12 +23,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-try:  # noqa: E402
-    import dgl.nn.pytorch as dglnn
-except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        f"the dgl backend needs dgl 1.1.3 (pip install 'dgl==1.1.3' packaging): {e}"
-    ) from e
+import dgl.nn.pytorch as dglnn  # noqa: E402  (models.build_model checks it is installed first)
 
 from gnnpipe.models.block import Block  # noqa: E402
 
