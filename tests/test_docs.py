@@ -1,6 +1,7 @@
-"""One truth: every measured figure the README quotes is one that docs/ records.
+"""One truth: every measured figure the README and the user guide quote is one that docs/
+records.
 
-The README summarises; docs/benchmarks.md (and docs/partitioner.md) hold the tables of the
+The README and docs/guide.md summarise; docs/benchmarks.md (and docs/partitioner.md) hold the tables of the
 runs, with their commands, dates and loads. A figure in the README's prose (a number with a
 unit: %, ×, s, GB, MiB, ...) that appears in neither document was either never recorded or
 has drifted from what was, and fails here. Settings and machine facts that are not
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,8 +31,12 @@ NOT_MEASURED = {
 FIGURE = re.compile(r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)(\s?)(%|×|s/epoch|GB|GiB|MB|MiB|min|s)(?![\w/])")
 
 
-def readme_figures() -> list[str]:
-    text = (REPO / "README.md").read_text()
+#: The documents whose prose figures must be recorded in docs/benchmarks.md or docs/partitioner.md.
+SUMMARIES = ("README.md", "docs/guide.md")
+
+
+def readme_figures(doc: str = "README.md") -> list[str]:
+    text = (REPO / doc).read_text()
     text = re.sub(r"```.*?```", "", text, flags=re.S)  # commands, not figures
     text = re.sub(r"`[^`]*`", "", text)
     return [m.group(1) + m.group(2) + m.group(3) for m in FIGURE.finditer(text)]
@@ -47,10 +54,11 @@ def test_the_figure_pattern_finds_figures_and_skips_code():
     assert recorded("12.3 %", "| 12.3 |") and not recorded("12.3 %", "112.35")
 
 
-def test_readme_figures_are_recorded_in_docs():
+@pytest.mark.parametrize("doc", SUMMARIES)
+def test_readme_figures_are_recorded_in_docs(doc):
     docs = (REPO / "docs" / "benchmarks.md").read_text() + (REPO / "docs" / "partitioner.md").read_text()
-    missing = [f for f in readme_figures()
+    missing = [f for f in readme_figures(doc)
                if f not in NOT_MEASURED and f.replace(" ", "") not in {k.replace(" ", "") for k in NOT_MEASURED}
                and not recorded(f, docs)]
-    assert not missing, ("README figures found neither in docs/benchmarks.md nor docs/partitioner.md "
+    assert not missing, (f"{doc}: figures found neither in docs/benchmarks.md nor docs/partitioner.md "
                          f"(record the run there, or drop the figure): {missing}")
