@@ -80,6 +80,10 @@ class TrainConfig:
     epochs: int = _f(60, "training epochs")
     seed: int = _m(0, "seed for weights, dropout, chunk order and on-the-fly partitioning")
     eval_every: int = _f(10, "exact full-graph evaluation every N epochs (and at the last)")
+    stop_at_val_acc: float = _f(0.0, "stop after the first evaluation whose validation accuracy reaches this "
+                                     "fraction, e.g. 0.38 (0: train every epoch)")
+    divergence_drop: float = _f(0.2, "mark an evaluation 'diverging' in the metrics (and warn) when its "
+                                     "validation accuracy is this fraction below the best so far")
     stages: int = _m(0, "pipeline stages per way (0: world size / ways)")
     ways: int = _m(1, "hybrid ways (graph-parallel groups of pipelines)")
     chunks: int = _m(0, "pipeline chunks per way (0: 4 x stages, as the paper)")
@@ -153,6 +157,10 @@ class TrainConfig:
             bad("dropout", self.dropout, "a probability in [0, 1)")
         if self.lr <= 0:
             bad("lr", self.lr, "a positive learning rate")
+        if not 0.0 <= self.stop_at_val_acc <= 1.0:
+            bad("stop_at_val_acc", self.stop_at_val_acc, "a validation accuracy in [0, 1] (0: off)")
+        if not 0.0 < self.divergence_drop <= 1.0:
+            bad("divergence_drop", self.divergence_drop, "a fraction of accuracy in (0, 1]")
         if self.timeout <= 0:
             bad("timeout", self.timeout, "a positive number of seconds")
         if self.hidden % self.heads and self.model == "gat":

@@ -126,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"best val acc {summary['best_val_acc']:.4f} at epoch {summary['best_epoch']}, "
                 f"test acc there {summary['test_acc_at_best_val']:.4f}, "
                 f"mean epoch {summary['mean_epoch_time_s']:.3f} s; metrics in {out}/metrics.jsonl"
+                + (f" (stopped after epoch {summary['stopped_at_val_acc']}: validation accuracy reached "
+                   f"--stop-at-val-acc {cfg.stop_at_val_acc})" if summary.get("stopped_at_val_acc") is not None else "")
+                + (f"; {summary['diverging_evals']} evaluation(s) fell {cfg.divergence_drop} or more below the best "
+                   "validation accuracy (diverging)" if summary.get("diverging_evals") else "")
             )
         ok = True
         return 0

@@ -37,6 +37,13 @@ log = logging.getLogger("gnnpipe.train")
 KEEP_CHECKPOINTS = 2
 
 
+def diverging(best_val: float, val: float, drop: float) -> bool:
+    """Whether an evaluation's validation accuracy ``val`` fell at least ``drop`` (a fraction)
+    below the best so far: the paper's pipeline collapsed that way on ogbn-arxiv (67.7 % to
+    14.3 %), so the metrics say so instead of only the final number."""
+    return best_val >= 0 and best_val - val >= drop
+
+
 def train(cfg: TrainConfig, comm, out: Path | None = None, show_progress: bool = False) -> dict:
     """Train on this rank; returns the summary (identical on every rank). See :func:`run_training`."""
     return run_training(cfg, comm, out, show_progress)[0]
@@ -138,6 +145,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
     for rec in history:
         if "val_acc" in rec and rec["val_acc"] > best["val_acc"]:
             best = {"val_acc": rec["val_acc"], "test_acc": rec["test_acc"], "epoch": rec["epoch"]}
+    diverging_evals = sum(1 for rec in history if rec.get("diverging"))
+    stopped_at = None
     if bar is not None:
         bar.update(min(start, cfg.epochs))
     try:
@@ -163,6 +172,14 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
                 rec.update(accs)
                 if accs["val_acc"] > best["val_acc"]:
                     best = {"val_acc": accs["val_acc"], "test_acc": accs["test_acc"], "epoch": epoch}
+                if diverging(best["val_acc"], accs["val_acc"], cfg.divergence_drop):
+                    rec["diverging"] = True
+                    diverging_evals += 1
+                    if rank0 and diverging_evals == 1:
+                        log.warning("epoch %d: validation accuracy %.4f is %.4f below its best (%.4f at epoch %d): "
+                                    "training may be diverging ('diverging' is set in metrics.jsonl)",
+                                    epoch, accs["val_acc"], best["val_acc"] - accs["val_acc"], best["val_acc"],
+                                    best["epoch"])
             history.append(rec)
             if out is not None:  # rank 0 appends; every rank learns if that failed (full disk)
                 append_metrics(comm, mfile, rec)
@@ -184,6 +201,10 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
                 }
                 ckpt.save_checkpoint(comm, out, epoch, payload, identity, keep=KEEP_CHECKPOINTS,
                                      config=cfg.to_dict())
+            if accs is not None and cfg.stop_at_val_acc and accs["val_acc"] >= cfg.stop_at_val_acc:
+                # Every rank evaluated the same reduced accuracy, so every rank stops here.
+                stopped_at = epoch
+                break
     finally:
         if bar is not None:
             bar.close()
@@ -197,6 +218,8 @@ def run_training(cfg: TrainConfig, comm, out: Path | None = None, show_progress:
         "best_epoch": best["epoch"],
         "final_loss": history[-1]["loss"] if history else None,
         "epochs": len(history),
+        "stopped_at_val_acc": stopped_at,  # the epoch --stop-at-val-acc ended the run, or None
+        "diverging_evals": diverging_evals,
         "mean_epoch_time_s": float(np.mean([h["epoch_time_s"] for h in history[1:]] or [0.0])),
         "history": history,
     }
