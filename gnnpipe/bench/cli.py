@@ -12,6 +12,8 @@ table; nothing outside ``<out>`` is written):
     accuracy  the paper's accuracy protocol (long; --only, --seeds, --epochs)
     cluster   training on emulated hosts with shaped links (root): one job, or --sweep over
               link rates x modes x graphs x models (own flags: gnnpipe-bench cluster --help)
+    tta       wall time to a target accuracy per mode, wire and link (own flags:
+              gnnpipe-bench tta --help)
     report    render docs/benchmarks.md's tables from the stored results (--doc, --plots)
 
 ``--quick`` makes each finish in about a minute (tiny graphs, one run). Every cell records
@@ -32,7 +34,7 @@ from gnnpipe.bench import common as C
 from gnnpipe.cli import ArgumentParser
 from gnnpipe.config import WIRE_FORMATS
 
-SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "report")
+SUBS = ("comm", "epoch", "memory", "scale", "overhead", "accuracy", "cluster", "tta", "report")
 
 
 def _ints(s: str) -> list[int]:
@@ -135,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gnnpipe.bench import cluster
 
         return cluster.main(argv[1:])
+    if argv[:1] == ["tta"]:
+        from gnnpipe.bench import tta
+
+        return tta.main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

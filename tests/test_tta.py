@@ -1,0 +1,128 @@
+"""``gnnpipe-bench tta``: the target, epochs and seconds to it, the not-reached rows, and the
+premise the benchmark rests on (a run's accuracy per epoch does not depend on the link)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gnnpipe import cluster as CL
+from gnnpipe._base import GnnpipeError
+from gnnpipe.bench import cluster as BC
+from gnnpipe.bench import common as C
+from gnnpipe.bench import tta
+
+
+def _curve(mode, seed, val, wire="float32", epoch_s=1.0, every=1):
+    epochs = [every * (i + 1) - 1 for i in range(len(val))]
+    return {"mode": mode, "wire": wire, "seed": seed, "epochs": epochs, "val": val, "test": val,
+            "epoch_time_s": [epoch_s] * (epochs[-1] + 1)}
+
+
+CURVES = [
+    _curve("graph", 0, [0.20, 0.30, 0.40, 0.41]),          # best 0.41
+    _curve("graph", 1, [0.25, 0.35, 0.39, 0.39]),          # best 0.39: target 0.40 - 0.005
+    _curve("pipeline", 0, [0.30, 0.396, 0.40]),              # reaches 0.395 at epoch 2
+    _curve("pipeline", 1, [0.38, 0.3951]),                  # at epoch 2
+    _curve("hybrid", 0, [0.10, 0.20, 0.30, 0.33]),          # never
+    _curve("hybrid", 1, [0.10, 0.396]),                     # at epoch 2
+]
+TIMING = [{"mode": "graph", "wire": "float32", "rate": "50mbit", "epoch_s": 8.0},
+          {"mode": "pipeline", "wire": "float32", "rate": "50mbit", "epoch_s": 1.0},
+          {"mode": "hybrid", "wire": "float32", "rate": "50mbit", "epoch_s": 2.0}]
+
+
+def test_the_target_is_exact_graph_parallelisms_mean_best_minus_half_a_point():
+    assert tta.target_of(CURVES[:2]) == pytest.approx(0.40 - 0.005)
+    with pytest.raises(GnnpipeError, match="no float32 graph-parallel curve"):
+        tta.target_of([])
+
+
+def test_epochs_to_target_count_trained_epochs_and_none_when_never():
+    assert tta.epochs_to(_curve("x", 0, [0.1, 0.5], every=5), 0.4) == 10  # evaluated after epoch index 9
+    assert tta.epochs_to(_curve("x", 0, [0.1, 0.2]), 0.4) is None
+
+
+def test_time_to_target_rows_speedups_and_the_seed_that_never_got_there():
+    rows, target = tta.summarize(CURVES, TIMING, ["50mbit"])
+    by = {r["mode"]: r for r in rows}
+    assert by["graph"]["epochs_to_target"] == [3, None] and by["graph"]["reached"] == 1
+    assert by["pipeline"]["epochs_to_target"] == [2, 2] and by["pipeline"]["tta_s"] == pytest.approx(2.0)
+    assert by["graph"]["tta_s"] == pytest.approx(24.0)
+    # a speed-up only where graph parallelism and the row reached the target on every seed
+    assert "speedup" not in by["pipeline"]
+    md = tta.table(rows, target)
+    assert "not reached" not in md.split("| graph")[1].split("\n")[0]
+    assert "1 seed(s) never reached it" in md
+    rows2, _ = tta.summarize(CURVES[1:2] + CURVES[2:4], TIMING, ["50mbit"])  # graph seed 1 alone: target 0.385
+    by2 = {r["mode"]: r for r in rows2}
+    assert by2["graph"]["epochs_to_target"] == [3] and by2["pipeline"]["speedup"] == pytest.approx(24 / 2)
+
+
+def test_a_mode_that_never_reaches_the_target_says_so_with_its_best():
+    curves = CURVES[:2] + [_curve("hybrid", 0, [0.10, 0.33]), _curve("hybrid", 1, [0.12, 0.30])]
+    rows, target = tta.summarize(curves, TIMING, ["50mbit"])
+    md = tta.table(rows, target)
+    line = next(ln for ln in md.splitlines() if ln.startswith("| hybrid"))
+    assert "not reached (best val 33.00 %)" in line and "0/2" in line
+
+
+def test_report_writes_the_table_and_a_plot(tmp_path):
+    d = tmp_path / "squirrel-gcnii32"
+    d.mkdir()
+    (d / "curves.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CURVES))
+    (d / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TIMING))
+    rows, md = tta.report(d)
+    assert (d / "tta.png").stat().st_size > 10_000 and (d / "summary.md").is_file()
+    assert {r["rate"] for r in rows} == {"50mbit"} and "Target: validation accuracy 39.50 %" in md
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--config", "nope"], "--config 'nope'"),
+    (["--config", "tiny", "--modes", "graph,pipe"], "--modes"),
+    (["--config", "tiny", "--wires", "int7"], "--wires"),
+    (["--config", "tiny", "--timing-epochs", "1"], "--timing-epochs"),
+    (["--plot", "/nonexistent/dir"], "no curves.jsonl"),
+])
+def test_bad_arguments_are_one_line(argv, needle, capsys, tmp_path):
+    assert tta.main([*argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_local_run_end_to_end(tmp_path):
+    rows, md = tta.run(tmp_path, "tiny", seeds=(0,), local=True, quick=True)
+    d = tmp_path / "tta-quick" / "tiny"
+    curves = [json.loads(x) for x in (d / "curves.jsonl").read_text().splitlines()]
+    assert {c["mode"] for c in curves} == {"graph", "pipeline", "hybrid"}
+    graph = next(c for c in curves if c["mode"] == "graph")
+    assert graph["trained"] == 12  # the reference trains its whole budget
+    for c in curves:  # the others stop at the target or at the budget
+        hit = tta.epochs_to(c, tta.target_of([graph]))
+        assert c["trained"] == (hit if hit is not None else 12)
+    assert (d / "tta.png").is_file() and "| pipeline | float32 | local |" in md
+    again, _ = tta.run(tmp_path, "tiny", seeds=(0,), local=True, quick=True)  # stored runs are reused
+    assert len((d / "curves.jsonl").read_text().splitlines()) == 3 and again == rows
+
+
+@pytest.mark.netns
+def test_accuracy_per_epoch_does_not_depend_on_the_link(tmp_path):
+    """The premise of time = epochs to target × the link's epoch time: the same run at two
+    link rates trains the same bits (losses and accuracies equal, not close)."""
+    why = CL.unavailable()
+    if why is not None:
+        pytest.skip(f"the emulated cluster needs root and iproute2: {why}")
+    args = [*tta.CONFIGS["tiny"][0], "--eval-every", "2", "--seed", "1", *BC.mode_flags("hybrid", 4), "--timeout", "60"]
+    args[args.index("--epochs") + 1] = "4"
+    got = {}
+    for rate in ("unshaped", "20mbit"):
+        BC.run_job(CL.ClusterSpec(4, CL.parse_rate(rate)), args, tmp_path / rate, "torch", 600)
+        got[rate] = [{k: r[k] for k in ("loss", "train_acc", "val_acc", "test_acc") if k in r}
+                     for r in C.read_metrics(tmp_path / rate)]
+    assert got["unshaped"] == got["20mbit"] and len(got["unshaped"]) == 4
+    assert not [n for n in CL.list_namespaces() if n.startswith(f"{CL.PREFIX}{os.getpid()}-")]
