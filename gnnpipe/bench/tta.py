@@ -106,6 +106,9 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
     """
     target = target_of([c for c in curves if c["mode"] == "graph" and c["wire"] == "float32"])
     epoch_s = {(t["mode"], t["wire"], t["rate"]): t["epoch_s"] for t in timing if "epoch_s" in t}
+    # a (mode, wire) is reported at the links it was timed at (failed timings included): the
+    # planner's wire of one link is not run at the others
+    timed = {(t["mode"], t["wire"], t["rate"]) for t in timing}
     rows = []
     for mode, wire in sorted({(c["mode"], c["wire"]) for c in curves}, key=lambda k: (MODES.index(k[0]), k[1])):
         runs = sorted((c for c in curves if (c["mode"], c["wire"]) == (mode, wire)), key=lambda c: c["seed"])
@@ -113,6 +116,8 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
         hit = [e for e in to if e is not None]
         summed = [sum(c["epoch_time_s"][: e]) for c, e in zip(runs, to) if e is not None]
         for rate in rates:
+            if timed and (mode, wire, rate) not in timed:
+                continue
             row = {"mode": mode, "wire": wire, "rate": rate, "seeds": len(runs), "reached": len(hit),
                    "target_val": target, "epochs_to_target": to,
                    "best_val": [max(c["val"]) for c in runs], "epoch_s": epoch_s.get((mode, wire, rate))}
