@@ -409,6 +409,14 @@ def load_toml(path: str | Path) -> dict:
     except tomllib.TOMLDecodeError as e:
         raise GnnpipeError(f"{path}: not valid TOML ({e})") from None
     known = {f.name for f in fields(TrainConfig)}
+    spelled: dict[str, list[str]] = {}
+    for k in data:
+        spelled.setdefault(k.replace("-", "_"), []).append(k)
+    twice = {name: ks for name, ks in spelled.items() if len(ks) > 1}
+    if twice:
+        name, ks = sorted(twice.items())[0]
+        raise GnnpipeError(f"{path}: field {name!r} is given {len(ks)} times ({', '.join(map(repr, ks))}); "
+                           "keep one")
     data = {k.replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -76,6 +76,28 @@ def is_system_path(path: Path) -> bool:
     return r == cwd or r in cwd.parents
 
 
+def protected_reason(path: Path) -> str | None:
+    """Why ``path`` must not receive a command's outputs, or None.
+
+    Inside a prepared dataset or a partition plan (their content hashes and manifests would
+    no longer describe them), inside the installed gnnpipe package, or a checkout's own root
+    (a folder holding ``.git``; its ``runs/`` or ``results/`` are fine)."""
+    try:
+        r = path.resolve()
+    except (OSError, RuntimeError):
+        return None
+    package = Path(__file__).resolve().parent
+    if r == package or package in r.parents:
+        return f"inside the gnnpipe package ({package})"
+    for anc in [r, *r.parents]:
+        for kind, (_, _, what) in OUTPUT_KINDS.items():
+            if is_our_output(anc, kind):
+                return f"inside {what} ({anc})"
+    if (r / ".git").exists():
+        return "the root of a source checkout"
+    return None
+
+
 def is_our_output(path: Path, kind: str) -> bool:
     """Whether ``path`` is a directory gnnpipe wrote as ``kind`` (see :data:`OUTPUT_KINDS`)."""
     marker, fmt, _ = OUTPUT_KINDS[kind]

@@ -243,7 +243,9 @@ def test_planetoid_corrupt_or_hostile_pickle_with_matching_hash(tmp_path):
 def make_hetero(path: Path, n: int = 8, splits: int = 3):
     rng = np.random.default_rng(4)
     edges = np.array([[0, 1], [1, 2], [2, 3], [4, 5], [6, 7], [7, 0]])
-    masks = rng.random((3, splits, n)) < 0.4
+    # disjoint per split, as the published splits are: each node in one set or none
+    which = rng.integers(0, 4, size=(splits, n))  # 3: in no set
+    masks = np.stack([which == k for k in range(3)])
     np.savez(path, node_features=rng.normal(size=(n, 4)).astype(np.float32),
              node_labels=np.array([0, 1, 1, 0, 2, 2, 0, 1]), edges=edges,
              train_masks=masks[0], val_masks=masks[1], test_masks=masks[2])

@@ -347,6 +347,10 @@ def prepare(name: str, raw_dir: str | Path | None = None, root: str | Path | Non
     for k, exp, act, ok in check_counts(card, graph):
         if not ok:
             raise GnnpipeError(f"{card.name}: {k} disagrees with the card {card.path}: expected {exp}, actual {act}")
+    try:  # the publisher's files: finite, symmetric, disjoint splits (save checks the first two again)
+        graph.check_content(disjoint_masks=True)
+    except GnnpipeError as e:
+        raise GnnpipeError(f"{card.name} ({raw_dir}): {e}") from None
     extra = {
         "card": {"name": card.name, "format": card.format, "source": card.source, "licence": card.licence,
                  "path": str(card.path), "sha256": card.sha256},

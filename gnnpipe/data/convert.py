@@ -283,8 +283,10 @@ def from_pyg(
         name = get("name") if isinstance(get("name"), str) else "graph"
     if num_classes is None and isinstance(get("num_classes"), int):
         num_classes = get("num_classes")
-    return graph_cls(indptr, indices, features, labels, *masks, name=name, num_classes=num_classes or 0,
-                     meta={"source": "pyg", "split": split, "symmetrize": symmetrize, "clean": clean})
+    g = graph_cls(indptr, indices, features, labels, *masks, name=name, num_classes=num_classes or 0,
+                  meta={"source": "pyg", "split": split, "symmetrize": symmetrize, "clean": clean})
+    g.check_content()  # finite x, disjoint masks (the edges are symmetric by now)
+    return g
 
 
 def to_pyg(graph: Any) -> Any:
@@ -370,9 +372,11 @@ def from_dgl(
     masks = [_mask(nd[m], n, split, f"g.ndata['{m}']", index_fix) for m in MASKS]
     src, dst = g.edges()
     indptr, indices = edges_to_csr(src, dst, n, symmetrize=symmetrize, clean=clean, what="g", fixes=_DGL_FIXES)
-    return graph_cls(indptr, indices, features, labels, *masks, name=name or "graph",
-                     num_classes=num_classes or 0,
-                     meta={"source": "dgl", "split": split, "symmetrize": symmetrize, "clean": clean})
+    g = graph_cls(indptr, indices, features, labels, *masks, name=name or "graph",
+                  num_classes=num_classes or 0,
+                  meta={"source": "dgl", "split": split, "symmetrize": symmetrize, "clean": clean})
+    g.check_content()  # finite feat, disjoint masks (the edges are symmetric by now)
+    return g
 
 
 def to_dgl(graph: Any) -> Any:

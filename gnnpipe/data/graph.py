@@ -205,7 +205,55 @@ class Graph:
             )
         tkey = np.sort(cols * n + rows)
         if not np.array_equal(key, tkey):
-            raise GraphValidationError("indices: adjacency is not symmetric")
+            missing = np.setdiff1d(key, tkey, assume_unique=True)  # u -> v present, v -> u absent
+            u, v = (int(missing[0]) // n, int(missing[0]) % n) if missing.size else (-1, -1)
+            raise GraphValidationError(
+                f"indices: adjacency is not symmetric: {missing.size} of {key.size} directed edges have no reverse "
+                f"(first: {u} -> {v}); gnnpipe trains undirected graphs: add the reverse edges "
+                "(Graph.from_pyg/from_dgl(..., symmetrize=True))")
+
+    def check_content(self, disjoint_masks: bool = False) -> None:
+        """What the arrays hold, beyond their shapes (:meth:`check`): finite features, a
+        symmetric simple adjacency, and with ``disjoint_masks`` train/val/test masks that share
+        no node (published splits do; a user's own graph may evaluate on its training nodes
+        on purpose). Called where data enters (``save``/``prepare``, ``from_pyg``/``from_dgl``,
+        a dataset's first verified load); O(E log E + nnz).
+
+        Raises:
+            GraphValidationError: the first broken rule, with counts and the first offending
+                index.
+        """
+        f = self.features
+        values = f.data if sp.issparse(f) else f
+        bad = 0
+        first = None
+        block = 1 << 22
+        flat = values.reshape(-1)
+        for lo in range(0, flat.size, block):  # in blocks: a memory map stays mapped, not copied
+            nf = ~np.isfinite(flat[lo:lo + block])
+            if nf.any():
+                if first is None:
+                    first = lo + int(np.argmax(nf))
+                bad += int(nf.sum())
+        if bad:
+            if sp.issparse(f):
+                row = int(np.searchsorted(f.indptr, first, side="right") - 1)
+                where = f"row {row}, column {int(f.indices[first])}"
+            else:
+                where = f"row {first // max(f.shape[1], 1)}, column {first % max(f.shape[1], 1)}"
+            raise GraphValidationError(f"features: {bad} values are NaN or infinite (first at {where}); "
+                                       "gnnpipe trains on finite features: impute or drop them first")
+        self.check_symmetric()
+        if not disjoint_masks:
+            return
+        names = ("train_mask", "val_mask", "test_mask")
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                both = np.asarray(getattr(self, a), dtype=bool) & np.asarray(getattr(self, b), dtype=bool)
+                if both.any():
+                    raise GraphValidationError(
+                        f"{a}, {b}: {int(both.sum())} nodes are in both (first: node {int(np.argmax(both))}); "
+                        "the splits must be disjoint")
 
     # ------------------------------------------------------------------ shape facts
     @property
@@ -390,6 +438,7 @@ class Graph:
         replaced only after the new one is complete.
         """
         path = Path(path)
+        self.check_content()  # a prepared dataset is finite, symmetric and has disjoint splits
         with atomic_directory(path, force) as tmp:
             files: dict[str, np.ndarray] = {"indptr": self.indptr, "indices": self.indices}
             if self.sparse_features:

@@ -67,6 +67,10 @@ def verify_dataset(path: str | os.PathLike, graph, meta: dict | None = None) -> 
         raise GnnpipeError(f"dataset {path}: content hash mismatch: meta.json says {want}, the arrays hash to "
                            f"{actual} (a file changed after prepare); prepare it again, or pass "
                            "--no-verify-data to train on it anyway")
+    try:  # a dataset written before save() checked its content: checked once, then cached
+        graph.check_content()
+    except GnnpipeError as e:
+        raise GnnpipeError(f"dataset {path}: {e}") from None
     if key:
         # Best effort (a read-only dataset folder just hashes every time); a unique temp
         # name and a rename, since every rank of a run may get here at once.

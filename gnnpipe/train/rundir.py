@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.fsutil import atomic_write_bytes, describe, is_system_path
+from gnnpipe.fsutil import atomic_write_bytes, describe, is_system_path, protected_reason
 from gnnpipe.roots import run_root
 from gnnpipe.train.guards import agree_on_setup
 
@@ -120,6 +120,9 @@ def claim_run_dir(out: Path, resuming_here: bool, overwrite: bool) -> RunLock:
     # file included) is written there.
     if out.is_dir() and is_system_path(out):
         raise GnnpipeError(f"--out {out}: a system or working directory; choose a folder of its own for the run")
+    why = protected_reason(out)
+    if why is not None:
+        raise GnnpipeError(f"--out {out}: {why}; a run's files must not go there, choose a folder of its own")
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise GnnpipeError(f"--out {out}: exists and is {describe(out)}; a run needs a directory "
                            "(gnnpipe never writes over a file), choose another --out")

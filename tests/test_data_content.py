@@ -1,0 +1,114 @@
+"""What data holds is checked where it enters (issue 31): finite features, a symmetric
+adjacency, disjoint published splits; and outputs never land inside a dataset, a plan, the
+package or a checkout's root; a config file that names one field twice is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from torch_geometric.data import Data
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.data.graph import Graph
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _path_graph(n: int = 6, x=None) -> Graph:
+    src = np.arange(n - 1)
+    x = np.ones((n, 3), np.float32) if x is None else x
+    split = np.arange(n) % 3
+    return Graph.from_edges(src, src + 1, n, x, np.arange(n) % 2, split == 0, split == 1, split == 2, name="p")
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_non_finite_features_are_refused_with_the_count_and_the_first_place(sparse, tmp_path):
+    x = np.ones((6, 3), np.float32)
+    x[2, 1], x[4, 0] = np.nan, np.inf
+    g = _path_graph(x=sp.csr_matrix(x) if sparse else x)
+    with pytest.raises(GnnpipeError, match=r"features: 2 values are NaN or infinite \(first at row 2, column 1\)"):
+        g.save(tmp_path / "g")
+    assert not (tmp_path / "g").exists()
+    data = Data(x=torch.from_numpy(x), edge_index=torch.tensor([[0, 1], [1, 0]]), y=torch.zeros(6, dtype=torch.long),
+                train_mask=torch.ones(6, dtype=torch.bool), val_mask=torch.ones(6, dtype=torch.bool),
+                test_mask=torch.ones(6, dtype=torch.bool), num_nodes=6)
+    with pytest.raises(GnnpipeError, match="features: 2 values are NaN or infinite"):
+        Graph.from_pyg(data)
+
+
+def test_an_asymmetric_adjacency_is_refused_naming_an_edge_without_its_reverse(tmp_path):
+    g = _path_graph()
+    # drop the edge 3 -> 2 (keep 2 -> 3): rebuild the CSR without it
+    rows = np.repeat(np.arange(6), np.diff(g.indptr))
+    keep = ~((rows == 3) & (g.indices == 2))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=6))])
+    bad = Graph(indptr, g.indices[keep], g.features, g.labels, g.train_mask, g.val_mask, g.test_mask, name="p",
+                num_classes=2)
+    with pytest.raises(GnnpipeError, match=r"not symmetric: 1 of 9 directed edges have no reverse \(first: 2 -> 3\)"):
+        bad.save(tmp_path / "g")
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_prepared_dataset_written_without_the_checks_is_refused_by_the_trainer(tmp_path, monkeypatch):
+    x = np.ones((6, 3), np.float32)
+    x[5, 2] = np.nan
+    g = _path_graph(x=x)
+    monkeypatch.setattr(Graph, "check_content", lambda self, disjoint_masks=False: None)  # an older gnnpipe
+    g.save(tmp_path / "old")
+    monkeypatch.undo()
+    p = subprocess.run([sys.executable, "-m", "gnnpipe.train", "--dataset", str(tmp_path / "old"), "--mode", "graph",
+                        "--model", "gcn", "--layers", "2", "--epochs", "1", "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.splitlines() if "error" in ln]
+    assert lines and "features: 1 values are NaN or infinite (first at row 5, column 2)" in lines[-1], p.stderr
+    assert str(tmp_path / "old") in lines[-1]
+
+
+def test_a_published_split_that_overlaps_is_refused_at_prepare(tmp_path, monkeypatch):
+    from gnnpipe.data import catalog
+    from test_loaders import make_catalog, make_hetero
+
+    make_catalog(tmp_path, monkeypatch, sha_line="")  # a toy card whose file hash is not known
+    raw = tmp_path / "raw" / "toy" / "toy.npz"
+    make_hetero(raw)
+    with np.load(raw) as z:
+        arrays = dict(z)
+    arrays["val_masks"][0] |= arrays["train_masks"][0]  # every training node of split 0 also in val
+    np.savez(raw, **arrays)
+    n_both = int(arrays["train_masks"][0].sum())
+    first = int(np.argmax(arrays["train_masks"][0]))
+    with pytest.raises(GnnpipeError, match=rf"train_mask, val_mask: {n_both} nodes are in both \(first: node {first}\)"):
+        catalog.prepare("toy", split=0)
+    assert not (tmp_path / "root" / "toy").exists()
+
+
+@pytest.mark.parametrize("where", ["dataset", "package", "checkout"])
+def test_a_run_is_never_written_into_a_dataset_the_package_or_a_checkout(where, tmp_path):
+    _path_graph().save(tmp_path / "ds")
+    out = {"dataset": tmp_path / "ds" / "run", "package": REPO / "gnnpipe" / "run-here",
+           "checkout": REPO}[where]
+    before = sorted(p.name for p in (tmp_path / "ds").iterdir())
+    p = subprocess.run([sys.executable, "-m", "gnnpipe.train", "--config", "tiny", "--epochs", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert {"dataset": "inside a prepared gnnpipe dataset", "package": "inside the gnnpipe package",
+            "checkout": "the root of a source checkout"}[where] in p.stderr
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == before
+    assert not (REPO / "gnnpipe" / "run-here").exists() and not (REPO / "config.json").exists()
+
+
+def test_a_config_file_naming_one_field_twice_is_refused(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("snapshot-period = 5\nsnapshot_period = 7\n")
+    p = subprocess.run([sys.executable, "-m", "gnnpipe.train", "--config", str(cfg), "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 2
+    assert "field 'snapshot_period' is given 2 times ('snapshot-period', 'snapshot_period')" in p.stderr
+    assert not (tmp_path / "r").exists()
