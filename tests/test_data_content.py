@@ -112,3 +112,22 @@ def test_a_config_file_naming_one_field_twice_is_refused(tmp_path):
     assert p.returncode == 2
     assert "field 'snapshot_period' is given 2 times ('snapshot-period', 'snapshot_period')" in p.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("content", ["my notes\n", '[profile]\nname = "mine"\nsource = "hand-made"\n'])
+def test_calibrate_never_replaces_a_file_it_did_not_write(content, tmp_path):
+    mine = tmp_path / "mine.toml"
+    mine.write_text(content)
+    p = subprocess.run([sys.executable, "-c", "import sys; from gnnpipe.cli.plan import main; "
+                        "sys.exit(main(['calibrate', '--out', sys.argv[1]]))", str(mine)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 2 and "was not written by gnnpipe-plan calibrate" in p.stderr, p.stderr
+    assert mine.read_text() == content
+
+
+def test_calibrate_may_replace_a_profile_it_wrote(tmp_path):
+    from gnnpipe.cli.plan import _check_out_file
+
+    ours = tmp_path / "cpu-this-machine.toml"
+    ours.write_text('[profile]\nname = "cpu-this-machine"\nsource = "gnnpipe-plan calibrate, 2026-12-06"\n')
+    _check_out_file(ours)  # no error: a re-calibration replaces its own earlier profile

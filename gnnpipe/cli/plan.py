@@ -312,10 +312,26 @@ def link_profile(profile, link_rate: str | None, ranks_per_host: int | None):
 MAX_LAYERS = 65536
 
 
+def _written_by_calibrate(path: Path) -> bool:
+    """Whether ``path`` is a profile ``gnnpipe-plan calibrate`` wrote (its ``source`` says so)."""
+    import tomllib
+
+    try:
+        prof = tomllib.loads(path.read_text()).get("profile", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(prof, dict) and str(prof.get("source", "")).startswith("gnnpipe-plan calibrate")
+
+
 def _check_out_file(out: Path) -> None:
-    """An output file path whose folder exists or can be made, and which is not a folder."""
+    """An output file path whose folder exists or can be made, and which is not a folder;
+    an existing file is replaced only when an earlier ``calibrate`` wrote it (a profile the
+    user wrote by hand, or any other file, is theirs)."""
     if out.is_dir():
         raise GnnpipeError(f"--out {out}: is a directory; give a file name")
+    if out.is_symlink() or (out.exists() and not _written_by_calibrate(out)):
+        raise GnnpipeError(f"--out {out}: exists and was not written by gnnpipe-plan calibrate; gnnpipe never "
+                           "replaces a file of yours: choose another --out or move it away")
     for anc in out.parents:
         if anc.exists():
             if not anc.is_dir():
