@@ -55,7 +55,7 @@ from gnnpipe.bench.cluster import (MODE_COLORS, MODES, WIRE_STYLE, epoch_summary
                                    mode_flags, run_job)
 from gnnpipe.cli import ArgumentParser
 from gnnpipe.config import WIRE_FORMATS
-from gnnpipe.cost import WIRE_MIN_GAIN, wire_choices
+from gnnpipe.cost import WIRE_MIN_GAIN, prior_for, wire_choices
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,8 @@ def planner_wire(flags: Sequence[str], mode: str, rate: str, predict) -> str:
     """The wire ``gnnpipe-plan --wire auto`` would pick for ``mode`` at ``rate``: the fastest
     predicted epoch over the formats within the default accuracy budget, a lossy format
     ranking as if :data:`gnnpipe.cost.WIRE_MIN_GAIN` slower (the planner's order)."""
-    allowed, _ = wire_choices("auto")
+    model = flags[list(flags).index("--model") + 1] if "--model" in flags else None
+    allowed, _ = wire_choices("auto", accuracy=prior_for(model))
     rate_bps = CL.parse_rate(rate)
     best, best_key = "float32", None
     for w in allowed:

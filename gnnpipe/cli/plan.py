@@ -58,7 +58,7 @@ from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.config import WIRE_FORMATS
 from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_MIN_GAIN, GraphStats,
-                          WireAccuracy, wire_accuracy_from_results, ModelSpec, chunk_counts, feasible_topologies,
+                          WireAccuracy, wire_accuracy_from_results, prior_for, ModelSpec, chunk_counts, feasible_topologies,
                           graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs, train_command,
                           user_profiles_dir, wire_choices, with_link)
 from gnnpipe.data.catalog import find_card, name_key, resolve_dataset
@@ -359,7 +359,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
                      history_bytes=2 if args.history_dtype == "bfloat16" else 4)
     accuracy = (wire_accuracy_from_results(args.wire_accuracy, args.model) if args.wire_accuracy is not None
-                else WireAccuracy())
+                else prior_for(args.model))
     wires, wires_out = wire_choices(args.wire, args.accuracy_budget, args.exact, accuracy)
     try:
         profile = load_profile(args.profile)

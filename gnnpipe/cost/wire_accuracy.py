@@ -84,6 +84,28 @@ class WireAccuracy:
 #: The planner's default.
 PRIOR = WireAccuracy()
 
+#: Shipped measurements that replace the prior for one built-in model: the largest mean loss
+#: (points, paired by seed) over this repository's 3-seed runs of that model with ``--wire``
+#: (docs/benchmarks.md, "Accuracy with compressed messages", 2026-12-05). ResGCN+-32 on
+#: Squirrel lost 3.27 points in int8 (the hybrid, every seed 2.6-4.1 below float32) and 9.89
+#: in int4 (the pipeline, one seed), so ``--wire auto`` does not offer them for ``resgcn+``
+#: within the default budget unless a user's own runs (``--wire-accuracy``) say otherwise.
+SHIPPED_MEASURED: dict[str, dict[str, float]] = {"resgcn+": {"int8": 3.27, "int4": 9.89}}
+
+
+def prior_for(model: str | None) -> WireAccuracy:
+    """The planner's default for ``model``: the prior, with this repository's own
+    measurements of that model (:data:`SHIPPED_MEASURED`) where it has them."""
+    shipped = SHIPPED_MEASURED.get(model or "", {})
+    if not shipped:
+        return PRIOR
+    loss = {**WIRE_ACCURACY_PRIOR, **shipped}
+    figs = ", ".join(f"{f} {v:g}" for f, v in shipped.items())
+    return WireAccuracy(loss=loss, measured=frozenset(shipped),
+                        source=f"measured for --model {model} in this repository's runs ({figs} points lost, "
+                               "Squirrel 32 layers, docs/benchmarks.md 'accuracy with --wire'); the others: "
+                               + WIRE_ACCURACY_SOURCE)
+
 
 def split_wire(name: str) -> tuple[str, str]:
     """A result name of the accuracy benchmark: ``"squirrel-gcnii32-pipeline+int8"`` ->
