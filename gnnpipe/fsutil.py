@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import re
 import shutil
 import unicodedata
 import uuid
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from gnnpipe._base import GnnpipeError
+
+log = logging.getLogger(__name__)
 
 #: Output kinds and the file whose content identifies a directory as one of ours.
 #: ``format`` is the value of that JSON file's "format" field (None: any JSON object).
@@ -183,6 +187,38 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
     return path
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep_stale(path: Path) -> list[Path]:
+    """Remove what a killed writer of ``path`` left beside it (:func:`atomic_directory`'s
+    ``.NAME.tmp-PID-*`` and ``.NAME.old-PID-*`` of a pid that no longer runs): a temporary
+    is deleted; an old copy is deleted when ``path`` exists, else put back as ``path`` (the
+    writer died between its two renames). Returns what it removed or restored."""
+    parent, done = path.parent, []
+    if not parent.is_dir():
+        return done
+    pat = re.compile(rf"^\.{re.escape(path.name)}\.(tmp|old)-(\d+)-[0-9a-f]{{8}}$")
+    for p in sorted(parent.iterdir()):
+        m = pat.match(p.name)
+        if not m or not p.is_dir() or p.is_symlink() or _pid_alive(int(m.group(2))):
+            continue
+        if m.group(1) == "old" and not path.exists():
+            p.rename(path)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+        log.info("removed %s, left by a writer (pid %s) that no longer runs", p, m.group(2))
+        done.append(p)
+    return done
+
+
 @contextmanager
 def atomic_directory(path: str | os.PathLike, force: bool = False, kind: str = "dataset") -> Iterator[Path]:
     """Yield a temporary sibling directory that replaces ``path`` when the block succeeds.
@@ -198,13 +234,15 @@ def atomic_directory(path: str | os.PathLike, force: bool = False, kind: str = "
             naming ``path``; nothing partial is left).
     """
     path = Path(path)
+    sweep_stale(path)
     check_replaceable(path, kind, force)
     parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise GnnpipeError(f"{parent}: cannot create output directory ({e.strerror})") from None
-    tmp = parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    # The writer's pid is in the name, so a later run can tell a dead writer's leftovers.
+    tmp = parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         try:
             tmp.mkdir()
@@ -217,7 +255,7 @@ def atomic_directory(path: str | os.PathLike, force: bool = False, kind: str = "
         # Checked again: something may have appeared at path while we wrote.
         check_replaceable(path, kind, force)
         if path.exists():
-            old = parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+            old = parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             path.rename(old)
             try:
                 tmp.rename(path)

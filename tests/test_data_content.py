@@ -4,6 +4,7 @@ package or a checkout's root; a config file that names one field twice is refuse
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,56 @@ def test_calibrate_may_replace_a_profile_it_wrote(tmp_path):
     ours = tmp_path / "cpu-this-machine.toml"
     ours.write_text('[profile]\nname = "cpu-this-machine"\nsource = "gnnpipe-plan calibrate, 2026-12-06"\n')
     _check_out_file(ours)  # no error: a re-calibration replaces its own earlier profile
+
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from gnnpipe.cli import run_cli
+from gnnpipe.fsutil import atomic_directory
+
+def main(argv):
+    with atomic_directory(Path(argv[0])) as tmp:  # what prepare, synth and partition write through
+        (tmp / "part.npy").write_bytes(b"x" * 1000)
+        Path(argv[1]).write_text("writing")
+        time.sleep(60)  # SIGTERM arrives here
+    return 0
+
+sys.exit(run_cli(main, sys.argv[1:], prog="gnnpipe-data"))
+"""
+
+
+def test_sigterm_during_a_write_leaves_no_temporary_and_says_so(tmp_path):
+    """A command killed with SIGTERM while it writes (prepare, synth, partition: all through
+    atomic_directory under run_cli) removes its temporary directory, leaves no output and
+    exits 143 with one line."""
+    import signal
+    import time
+
+    out, flag = tmp_path / "big", tmp_path / "flag"
+    p = subprocess.Popen([sys.executable, "-c", _WRITER, str(out), str(flag)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.02)
+    assert flag.exists() and list(tmp_path.glob(".big.tmp-*")), p.communicate(timeout=5)
+    os.kill(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert err.strip().splitlines() == ["gnnpipe-data: terminated (SIGTERM); nothing partial was left"]
+    assert not list(tmp_path.glob(".big.*")) and not out.exists()
+
+
+def test_a_dead_writers_temporary_is_swept_by_the_next_run(tmp_path):
+    from gnnpipe.fsutil import sweep_stale
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that has exited
+    stale = tmp_path / f".g.tmp-{dead}-0123abcd"
+    stale.mkdir()
+    (stale / "indptr.npy").write_bytes(b"x")
+    live = tmp_path / f".g.tmp-{os.getpid()}-0123abcd"  # a running writer's (ours): kept
+    live.mkdir()
+    _path_graph().save(tmp_path / "g")  # the next write of the same output sweeps
+    assert not stale.exists() and live.is_dir() and (tmp_path / "g" / "meta.json").is_file()
+    assert sweep_stale(tmp_path / "g") == []

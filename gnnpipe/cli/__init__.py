@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Callable, Sequence
 
 from gnnpipe._base import GnnpipeError
@@ -24,9 +26,21 @@ def quiet_known_warnings() -> None:
     silence_for_process()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks and context managers run
+    (an interrupted ``prepare`` or ``partition`` removes its temporary directory) instead of
+    the process vanishing with them undone."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None, prog: str = "gnnpipe") -> int:
     """Run ``main(argv)``, turning user errors into one-line messages and exit codes."""
     quiet_known_warnings()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("GNNPIPE_DEBUG") == "1"
     logging.basicConfig(
@@ -48,9 +62,12 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
         print(f"{prog}: error: an input file is not UTF-8 text ({e.reason} at byte {e.start}); "
               "--debug shows which", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if debug:
             raise
+        if isinstance(e, Terminated):
+            print(f"{prog}: terminated (SIGTERM); nothing partial was left", file=sys.stderr)
+            return 128 + signal.SIGTERM
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
