@@ -509,7 +509,27 @@ def read_meta(path: str | os.PathLike) -> dict:
         raise GnnpipeError(
             f"{mf}: format_version {meta.get('format_version')!r} unsupported (expected {FORMAT_VERSION})"
         )
+    for key, kind, what in _META_FIELDS:
+        v = meta.get(key)
+        ok = isinstance(v, kind) and not (kind is int and isinstance(v, bool)) and not (kind is int and v < 0)
+        if not ok:
+            raise GnnpipeError(f"{mf}: field {key!r} is {'missing' if key not in meta else repr(v)[:60]}, "
+                               f"expected {what} (prepare the dataset again)")
+    if "meta" in meta and not isinstance(meta["meta"], dict):
+        raise GnnpipeError(f"{mf}: field 'meta' is {repr(meta['meta'])[:60]}, expected an object")
     return meta
+
+
+#: meta.json's fields that loading reads: (key, type, what the message says is expected).
+_META_FIELDS = (
+    ("name", str, "a name"),
+    ("num_nodes", int, "a node count >= 0"),
+    ("num_edges", int, "a directed edge count >= 0"),
+    ("num_features", int, "a feature count >= 0"),
+    ("num_classes", int, "a class count >= 0"),
+    ("content_hash", str, "the sha256 hex of the arrays"),
+    ("sparse_features", bool, "true or false"),
+)
 
 
 def load_graph(path: str | os.PathLike, mmap: bool = True, verify: bool = False) -> Graph:
