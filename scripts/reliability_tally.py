@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ["tests/test_bad_input.py", "tests/test_full_disk.py", "tests/test_rundir.py", "tests/test_verify_data.py",
-         "tests/test_faults.py", "tests/test_checkpoint_kill.py"]
+         "tests/test_faults.py", "tests/test_checkpoint_kill.py", "tests/test_data_content.py", "tests/test_fuzz.py"]
 
 
 def main() -> int:

@@ -177,6 +177,7 @@ def _why_not(b: Block) -> str | None:
 
 @pytest.mark.slow
 @pytest.mark.realdata
+@pytest.mark.timeout(3600)  # every block of a document, one after another (each has its own limit)
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_block_of_the_document_runs(doc, raw_datasets, tmp_path):
     ws = _workspace(tmp_path)

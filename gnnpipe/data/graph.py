@@ -544,7 +544,7 @@ def load_graph(path: str | os.PathLike, mmap: bool = True, verify: bool = False)
             raise GnnpipeError(f"{f}: missing (listed in {path / META_FILE})")
         try:
             return np.load(f, mmap_mode=mode, allow_pickle=False)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, EOFError) as e:  # EOFError: an empty (cut) file
             raise GnnpipeError(f"{f}: unreadable or truncated ({e})") from None
 
     if meta["sparse_features"]:

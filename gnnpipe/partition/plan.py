@@ -409,7 +409,7 @@ class PartitionPlan:
                     if k not in z.files:
                         raise GnnpipeError(f"{af}: field {k!r} missing (has {sorted(z.files)})")
                     arrs[k] = z[k]
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise GnnpipeError(f"{af}: unreadable or truncated ({e})") from None
         stats: dict = {}
         sf = path / STATS_FILE
