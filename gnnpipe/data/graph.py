@@ -544,7 +544,9 @@ def load_graph(path: str | os.PathLike, mmap: bool = True, verify: bool = False)
             raise GnnpipeError(f"{f}: missing (listed in {path / META_FILE})")
         try:
             return np.load(f, mmap_mode=mode, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:  # EOFError: an empty (cut) file
+        except Exception as e:  # noqa: BLE001 - numpy parses the header with ast/tokenize: a damaged file raises
+            # OSError, ValueError, EOFError (cut), SyntaxError or tokenize.TokenError (edited header), ...
+            # all of them the file's fault, none a bug of ours.
             raise GnnpipeError(f"{f}: unreadable or truncated ({e})") from None
 
     if meta["sparse_features"]:

@@ -409,8 +409,10 @@ class PartitionPlan:
                     if k not in z.files:
                         raise GnnpipeError(f"{af}: field {k!r} missing (has {sorted(z.files)})")
                     arrs[k] = z[k]
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-            raise GnnpipeError(f"{af}: unreadable or truncated ({e})") from None
+        except GnnpipeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a damaged npz: BadZipFile, EOFError, a header numpy cannot parse, ...
+            raise GnnpipeError(f"{af}: unreadable or truncated ({type(e).__name__}: {e})") from None
         stats: dict = {}
         sf = path / STATS_FILE
         if sf.is_file():
