@@ -4,6 +4,7 @@ package or a checkout's root; a config file that names one field twice is refuse
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +186,30 @@ def test_a_dead_writers_temporary_is_swept_by_the_next_run(tmp_path):
     _path_graph().save(tmp_path / "g")  # the next write of the same output sweeps
     assert not stale.exists() and live.is_dir() and (tmp_path / "g" / "meta.json").is_file()
     assert sweep_stale(tmp_path / "g") == []
+
+
+@pytest.mark.parametrize("rows, rc, needle", [
+    ([{"name": "a", "epoch_s": 1.0}], 0, None),
+    ([{"name": "a", "error": "boom"}, {"name": "b", "epoch_s": 1.0}], 1, "1 of 2 configuration(s) failed: a"),
+    ([], 1, "no configuration produced a result"),
+])
+def test_a_benchmark_whose_configurations_failed_exits_non_zero_naming_them(rows, rc, needle, monkeypatch, tmp_path,
+                                                                            capsys):
+    from gnnpipe.bench import cli
+
+    monkeypatch.setattr(cli, "_dispatch", lambda args: (rows, "table"))
+    assert cli.main(["memory", "--out", str(tmp_path / "r")]) == rc
+    err = capsys.readouterr().err
+    assert (needle is None and not err) or (needle in err and len(err.strip().splitlines()) == 1)
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_a_benchmark_runs_from_any_directory_with_a_relative_out(tmp_path):
+    """The ranks run in the checkout; a relative --out used to leave them without their jobs
+    file, and the benchmark exited 0 with no rows."""
+    p = subprocess.run([sys.executable, "-m", "gnnpipe.bench", "epoch", "--quick", "--out", "rel"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads((tmp_path / "rel" / "epoch-quick" / "results.json").read_text())["rows"]
+    assert rows and not any(r.get("error") for r in rows)

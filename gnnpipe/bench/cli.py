@@ -145,21 +145,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_args(args)
-        md = _dispatch(args)
+        args.out = Path(args.out).resolve()  # from any working directory; every part of a run sees the same
+        rows, md = _dispatch(args)
     except GnnpipeError as e:
         if args.debug:
             raise
         print(f"gnnpipe-bench {args.sub}: error: {e}", file=sys.stderr)
         return 2
     print(md)
-    if args.sub != "report":
-        from gnnpipe.bench.common import sub_dir
+    if args.sub == "report":
+        return 0
+    from gnnpipe.bench.common import sub_dir
 
-        print(f"\n(results in {sub_dir(args.out, args.sub, args.quick)}/)")
+    where = sub_dir(args.out, args.sub, args.quick)
+    print(f"\n(results in {where}/)")
+    failed = failed_rows(rows)
+    if rows is not None and (failed or not rows):
+        what = ", ".join(failed[:8]) + (f" and {len(failed) - 8} more" if len(failed) > 8 else "")
+        print(f"gnnpipe-bench {args.sub}: error: " + (f"{len(failed)} of {len(rows)} configuration(s) failed: {what}"
+              if rows else "no configuration produced a result") + f"; their logs are under {where}/",
+              file=sys.stderr)
+        return 1
     return 0
 
 
-def _dispatch(args: argparse.Namespace) -> str:
+def failed_rows(rows) -> list[str]:
+    """Names of the result rows that record a failure (an ``error``, or ``ok`` false)."""
+    out = []
+    for r in rows or []:
+        if isinstance(r, dict) and (r.get("error") or r.get("ok") is False):
+            out.append(str(r.get("name") or r.get("config") or r.get("cell") or r.get("mode") or "?"))
+    return out
+
+
+def _dispatch(args: argparse.Namespace) -> tuple[list | None, str]:
+    """(result rows, or None for report; the markdown summary)."""
     if args.sub == "cluster":
         raise GnnpipeError("'cluster' takes its own flags: put it first, e.g. "
                            "gnnpipe-bench cluster --hosts 4 --rate 200mbit -- --config tiny")
@@ -170,34 +190,34 @@ def _dispatch(args: argparse.Namespace) -> str:
         extra = {"measure": args.measure} if args.measure else {}
         if args.wire:
             extra["wire"] = args.wire
-        return comm.run(args.out, only=args.only, **extra, **kw)[1]
+        return comm.run(args.out, only=args.only, **extra, **kw)
     if args.sub == "epoch":
         from gnnpipe.bench import epoch
 
         extra = {k: v for k, v in (("runs", args.runs), ("epochs", args.epochs)) if v}
-        return epoch.run(args.out, only=args.only, **extra, **kw)[1]
+        return epoch.run(args.out, only=args.only, **extra, **kw)
     if args.sub == "memory":
         from gnnpipe.bench import memory
 
-        return memory.run(args.out, only=args.only, **kw)[1]
+        return memory.run(args.out, only=args.only, **kw)
     if args.sub == "scale":
         from gnnpipe.bench import scale
 
         extra = {"sizes": args.sizes} if args.sizes else {}
         return scale.run(args.out, method=args.method, random_above=args.random_above, only=args.only,
-                         history_dtype=args.history_dtype, **extra, **kw)[1]
+                         history_dtype=args.history_dtype, **extra, **kw)
     if args.sub == "overhead":
         from gnnpipe.bench import overhead
 
-        return overhead.run(args.out, only=args.only, **kw)[1]
+        return overhead.run(args.out, only=args.only, **kw)
     if args.sub == "report":
         from gnnpipe.bench import report
 
-        return report.run(args.out, args.doc or C.REPO / "docs" / "benchmarks.md", only=args.only, plots=args.plots)
+        return None, report.run(args.out, args.doc or C.REPO / "docs" / "benchmarks.md", only=args.only, plots=args.plots)
     from gnnpipe.bench import accuracy
 
     extra = {"wire": args.wire} if args.wire else {}
-    return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **extra, **kw)[1]
+    return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **extra, **kw)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,7 @@ def run_jobs(jobs: Sequence[Job], run_dir: Path, fresh: bool = False, timeout_s:
     """
 
     run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # the ranks run in the checkout: a relative path would not reach them
     run_dir.mkdir(parents=True, exist_ok=True)
     for j in jobs:
         out = run_dir / j.name
