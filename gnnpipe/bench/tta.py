@@ -166,15 +166,20 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
     handles, labels = [], []
     for ax, rate in zip(axes[0], rates):
         for r in rows:
-            if r["rate"] != rate or r["epoch_s"] is None:
+            if r["rate"] != rate:
                 continue
             runs = [c for c in curves if (c["mode"], c["wire"]) == (r["mode"], r["wire"])]
+            epoch_s = r["epoch_s"]
+            if epoch_s is None and rate in ("unshaped", "local"):  # not timed: the curve runs' own epochs
+                epoch_s = statistics.median(t for c in runs for t in c["epoch_time_s"][1:] or c["epoch_time_s"])
+            if epoch_s is None:
+                continue
             points: dict[int, list[float]] = {}
             for c in runs:
                 for e, v in zip(c["epochs"], c["val"]):
                     points.setdefault(e, []).append(100 * v)
             xs = sorted(points)
-            t = [(e + 1) * r["epoch_s"] for e in xs]
+            t = [(e + 1) * epoch_s for e in xs]
             style = WIRE_STYLE.get(r["wire"], "o-")
             color = MODE_COLORS.get(r["mode"], "k")
             (h,) = ax.plot(t, [statistics.mean(points[e]) for e in xs], style, color=color, ms=3, lw=1.4)
