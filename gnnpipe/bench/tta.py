@@ -53,7 +53,7 @@ from gnnpipe.bench import common as C
 from gnnpipe.bench.accuracy import COMMON_DEEP
 from gnnpipe.bench.cluster import (MODE_COLORS, MODES, WIRE_STYLE, epoch_summary, machine_load, make_predictor,
                                    mode_flags, run_job)
-from gnnpipe.cli import ArgumentParser
+from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.config import WIRE_FORMATS
 from gnnpipe.cost import WIRE_MIN_GAIN, prior_for, wire_choices
 
@@ -390,29 +390,26 @@ def _split(s: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``gnnpipe-bench tta``; bad arguments and failures are one line (:func:`gnnpipe.cli.run_cli`)."""
+    return run_cli(_main, argv, prog="gnnpipe-bench tta")
+
+
+def _main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    try:
-        if args.timing_epochs < 2:  # the first epoch is left out of the median
-            raise GnnpipeError(f"--timing-epochs: expected an integer >= 2, got {args.timing_epochs}")
-        if args.epochs is not None and args.epochs < 1:
-            raise GnnpipeError(f"--epochs: expected an integer >= 1, got {args.epochs}")
-        if args.plot is not None:
-            _, md = report(args.plot)
-        else:
-            modes = _split(args.modes)
-            bad = [m for m in modes if m not in MODES]
-            if bad or not modes:
-                raise GnnpipeError(f"--modes: expected names from {', '.join(MODES)}, got {args.modes!r}")
-            if min(args.seeds) < 0:
-                raise GnnpipeError(f"--seeds: expected integers >= 0, got {args.seeds}")
-            _, md = run(args.out.resolve(), args.config, args.seeds, modes, _split(args.wires), _split(args.rates),
-                        args.local, args.timing_epochs, args.epochs, args.quick, args.timeout)
-    except GnnpipeError as e:
-        if args.debug:
-            raise
-        print(f"gnnpipe-bench tta: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+    if args.timing_epochs < 2:  # the first epoch is left out of the median
+        raise GnnpipeError(f"--timing-epochs: expected an integer >= 2, got {args.timing_epochs}")
+    if args.epochs is not None and args.epochs < 1:
+        raise GnnpipeError(f"--epochs: expected an integer >= 1, got {args.epochs}")
+    if args.plot is not None:
+        _, md = report(args.plot)
+    else:
+        modes = _split(args.modes)
+        bad = [m for m in modes if m not in MODES]
+        if bad or not modes:
+            raise GnnpipeError(f"--modes: expected names from {', '.join(MODES)}, got {args.modes!r}")
+        if min(args.seeds) < 0:
+            raise GnnpipeError(f"--seeds: expected integers >= 0, got {args.seeds}")
+        _, md = run(args.out.resolve(), args.config, args.seeds, modes, _split(args.wires), _split(args.rates),
+                    args.local, args.timing_epochs, args.epochs, args.quick, args.timeout)
     print(md)
     return 0
