@@ -92,6 +92,11 @@ class TrainConfig:
     exact: bool = _m(False, "pipeline without staleness (equals the one-process run)")
     shuffle: bool = _m(True, "random chunk order every epoch, same on every stage")
     grad_fix: bool = _m(True, "drop stale cross-chunk gradients, scale fresh ones")
+    grad_scale: float = _m(2.0, "with grad_fix: factor of the fresh cross-chunk gradients (the paper's 2: a neighbour "
+                           "is fresh with probability about 1/2)")
+    refresh_epochs: int = _m(0, "pipeline/hybrid: before each of the first N epochs, refill the history with an exact "
+                             "forward (no gradient) of the current weights and the epoch's dropout masks, so those "
+                             "epochs' forwards are exact (one extra forward each)")
     snapshot_period: int = _m(23, "refresh the historical-embedding snapshot every K epochs (0: off)")
     history_dtype: str = _m("float32", "pipeline/hybrid: storage dtype of the historical embeddings, cross-chunk "
                             "gradients and snapshot (bfloat16 halves them; reads upcast to float32)",
@@ -145,7 +150,8 @@ class TrainConfig:
         for name in ("layers", "hidden", "epochs", "eval_every", "ways", "synth_nodes", "synth_classes", "synth_features"):
             if getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
-        for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "checkpoint_every", "ranks_per_gpu"):
+        for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "refresh_epochs", "checkpoint_every",
+                     "ranks_per_gpu"):
             if getattr(self, name) < 0:
                 bad(name, getattr(self, name), "an integer >= 0")
         if self.history_dtype not in ("float32", "bfloat16"):
@@ -269,6 +275,8 @@ def check_ranges(cfg: "TrainConfig") -> None:
         raise _bad("alpha", cfg.alpha, "a weight in [0, 1]")
     if cfg.lam < 0:
         raise _bad("lam", cfg.lam, "a number >= 0")
+    if cfg.grad_scale < 0:
+        raise _bad("grad_scale", cfg.grad_scale, "a number >= 0")
 
 
 def machine_bytes() -> int:

@@ -53,7 +53,8 @@ def stale_reference(epochs: int, chunks: int, ways: int = 1, **kw) -> dict:
     plan = build_plan(g, parts=ways, chunks=chunks, method=cfg.method, seed=cfg.seed)
     rg = relabel_graph(g, plan)
     model = build_model(model_config(cfg, g), seed=cfg.seed)
-    opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period)
+    opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period,
+                        grad_scale=cfg.grad_scale, refresh_epochs=cfg.refresh_epochs)
     ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm, ways=ways)
     losses, grads = [], None
     for e in range(epochs):
@@ -130,6 +131,43 @@ def test_stale_differs_from_exact_and_techniques_matter():
     nofix = stale_reference(epochs=3, chunks=5, model="gcn", layers=4, grad_fix=False)
     assert not np.allclose(exact["losses"][1:], stale["losses"][1:], rtol=1e-4)
     assert not np.allclose(stale["losses"][1:], nofix["losses"][1:], rtol=1e-4)
+
+
+# The convergence switches of issue 29 (docs/convergence-notes.md) against the oracle: the
+# gradient scale and the history refresh (over the first epochs, with a snapshot taken and
+# restored among them), in a pipeline of 2 stages and a 2 x 2 hybrid.
+SWITCHES = dict(grad_scale=1.0, refresh_epochs=4)
+
+
+def test_stale_pipeline_with_the_convergence_switches_equals_reference():
+    runs = [dict(model=m, layers=4, epochs=EPOCHS, chunks=5, snapshot_period=3, **SWITCHES)
+            for m in ("gcn", "gcnii", "resgcn+")]
+    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        _compare([r[i] for r in res], stale_reference(**run), f"stale {run['model']} S=2 {SWITCHES}")
+
+
+def test_stale_hybrid_with_the_convergence_switches_equals_reference():
+    runs = [dict(model=m, layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=3,
+                 **SWITCHES) for m in ("gcn", "gcnii")]
+    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ranks = [r[i] for r in res]
+        ref = stale_reference(**{k: v for k, v in run.items() if k not in ("mode", "stages")})
+        _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {SWITCHES}")
+        _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 {SWITCHES} (way 1)")
+
+
+@pytest.mark.parametrize("ways", [1, 2])
+def test_history_refresh_makes_the_forward_exact(ways):
+    """A refreshed epoch reads, for every neighbour outside its chunk, the row the exact
+    forward computes: its loss is the one-process loss (epoch 0, same weights), where the
+    stale epoch's (zero history) is not."""
+    exact = full_graph_run(epochs=1, model="gcnii", layers=4)["losses"][0]
+    fresh = stale_reference(epochs=1, chunks=4, ways=ways, model="gcnii", layers=4, refresh_epochs=1)["losses"][0]
+    stale = stale_reference(epochs=1, chunks=4, ways=ways, model="gcnii", layers=4)["losses"][0]
+    assert fresh == pytest.approx(exact, rel=1e-5)
+    assert stale != pytest.approx(exact, rel=1e-3)
 
 
 def test_bad_pipeline_inputs_fail_clearly():

@@ -70,13 +70,14 @@ class StaleOptions:
     grad_fix: bool = True
     grad_scale: float = 2.0
     snapshot_period: int = 23
+    refresh_epochs: int = 0
 
     @classmethod
     def resolve(cls, exact: bool, shuffle: bool = True, grad_fix: bool = True,
-                snapshot_period: int = 23) -> "StaleOptions":
-        """The options a run uses: in exact mode no gradient fix and no snapshot."""
-        return cls(exact=exact, shuffle=shuffle, grad_fix=grad_fix and not exact,
-                   snapshot_period=0 if exact else snapshot_period)
+                snapshot_period: int = 23, grad_scale: float = 2.0, refresh_epochs: int = 0) -> "StaleOptions":
+        """The options a run uses: in exact mode no gradient fix, no snapshot, no refresh."""
+        return cls(exact=exact, shuffle=shuffle, grad_fix=grad_fix and not exact, grad_scale=grad_scale,
+                   snapshot_period=0 if exact else snapshot_period, refresh_epochs=0 if exact else refresh_epochs)
 
 
 OutputHook = Callable[[torch.Tensor], None]

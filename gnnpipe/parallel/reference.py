@@ -5,7 +5,8 @@ blocks with compacted neighbour lists, no communication. Each chunk aggregates o
 whose sources are *all* N nodes; the history of every aggregating unit is a full [N, d]
 matrix; cross-chunk gradients are read off the gradient of that whole matrix. The rules are
 the ones the pipeline module documents (chunk order, history, cross-chunk gradients scaled by
-``grad_scale`` when fresh and dropped when stale, snapshots). Because every rule is local to
+``grad_scale`` when fresh and dropped when stale, snapshots, the history refresh of the first
+``refresh_epochs`` epochs). Because every rule is local to
 one unit, the result does not depend on how units are split into stages: the distributed
 runtime with any number of stages must reproduce it.
 
@@ -93,6 +94,25 @@ class StaleReference:
         self.snap = None
         self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
 
+    @torch.no_grad()
+    def _refresh(self, ctx: RunCtx) -> None:
+        """History refresh: layer by layer over every chunk (hybrid: every way's), with this
+        epoch's dropout masks and no gradient; before a layer runs, every node's input row
+        is written into its history, so the refreshed history holds the exact forward's
+        input rows of every layer."""
+        hs = {c: self.x[self.cp[c] : self.cp[c + 1]] for c in range(self.C)}
+        carries: dict = {c: {} for c in range(self.C)}
+        for i, u in enumerate(self.model.units):
+            if i in self.H:
+                for c in range(self.C):
+                    self.H[i][self.cp[c] : self.cp[c + 1]] = hs[c]
+            for c in range(self.C):
+                if not u.aggregates:
+                    hs[c], carries[c] = u(hs[c], carries[c], ctx, block=self.blocks[c])
+                else:
+                    src = self.x if i == 0 else self.H[i]
+                    hs[c], carries[c] = u(hs[c], carries[c], ctx, block=self.blocks[c], h_src=src)
+
     def epoch(self, epoch: int, step: bool = True) -> float:
         """One epoch; returns the training loss (sum over chunks).
 
@@ -112,6 +132,8 @@ class StaleReference:
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         ctx = RunCtx(training=True, epoch=epoch, seed=self.seed)
+        if epoch < o.refresh_epochs:
+            self._refresh(ctx)
         saved = {}
         for k in order:
             slot = [w * C + k for w in range(D)]

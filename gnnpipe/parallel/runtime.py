@@ -128,6 +128,8 @@ class PipelineExecutor(Executor):
         validate(schedule, self.S, self.C)
         actions = schedule[self.s]
         st.begin_epoch(epoch)
+        if epoch < self.opts.refresh_epochs:
+            self._refresh(epoch)  # every stage, in stage order: before any chunk message of the epoch
         for p in self.params:
             p.grad = None
         in_keys = self.carry_in_keys
@@ -303,28 +305,47 @@ class PipelineExecutor(Executor):
             counts = split_counts(out, st.labels[lo:hi], {k: m[lo:hi] for k, m in st.masks.items()}, st.multilabel)
         return reduce_accuracies(counts, self.world)
 
-    def _eval_forward(self, epoch: int) -> tuple[torch.Tensor, dict]:
-        """This stage's output rows (and carry) of its whole part in evaluation mode."""
+    def _eval_forward(self, epoch: int, refresh: bool = False) -> tuple[torch.Tensor, dict]:
+        """This stage's output rows (and carry) of its whole part in evaluation mode.
+
+        ``refresh`` (the history refresh of ``StaleOptions.refresh_epochs``, training): the same
+        unit-by-unit forward in training mode (this epoch's dropout masks, no gradient);
+        at each aggregating unit with history, the current input rows of the whole part
+        are written into the history ``H_u`` and pushed into the other ways' remote rows
+        ``R_u`` (as a training forward writes and pushes one chunk's), and the neighbour
+        rows are read back from them as training reads them. Stage boundaries carry
+        ``pipe_act`` bytes, float32 whatever ``--wire`` says."""
         st = self.stage
         base = st.chunks[0].lo
         R = st.chunks[-1].hi - base
+        tag_cat = "pipe_act" if refresh else "eval"
         h, carry = None, {}
         if self.s > 0:
             buf = torch.empty(R, self._width(st.in_dim, self.carry_in_keys), device=st.device)
             self.comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
             h, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
-        ctx = RunCtx(training=False, epoch=epoch, seed=st.seed)
-        for u in st.units:
-            u.eval()
+        # (a refresh hashes this epoch's dropout masks into the stage's cache: the chunks reuse them)
+        ctx = RunCtx(training=refresh, epoch=epoch, seed=st.seed, masks=st.keep_masks if refresh else None)
+        if not refresh:
+            for u in st.units:
+                u.eval()
         try:
             for pos, u in enumerate(st.units):
                 out, new_carry = None, {}
                 remote = None
+                src = h
                 if u.aggregates and not (st.first_unit == 0 and pos == 0):
-                    # the other ways' current rows this way reads: one exchange per unit
-                    rows = st.source.halo_rows
-                    remote = None if rows is None else h.new_empty((rows, h.shape[1]))
-                    st.source.push(h, remote, None, category="eval")
+                    if refresh and pos in st.hist:
+                        # rows as the training forward will read them (history dtype)
+                        src = st.hist[pos]
+                        src.copy_(h)
+                        remote = st.remote.get(pos)
+                        st.source.push(src, remote, None, category="halo_fwd")
+                    elif not refresh:
+                        # the other ways' current rows this way reads: one exchange per unit
+                        rows = st.source.halo_rows
+                        remote = None if rows is None else h.new_empty((rows, h.shape[1]))
+                        st.source.push(h, remote, None, category="eval")
                 for k, ch in enumerate(st.chunks):
                     a, b = ch.lo - base, ch.hi - base
                     features = st.first_unit == 0 and pos == 0
@@ -336,10 +357,12 @@ class PipelineExecutor(Executor):
                     if u.aggregates:
                         if features:
                             h_src = st.x_src_rows(k)
+                        elif refresh and pos not in st.hist:  # no neighbour outside the chunk
+                            h_src = hk
                         else:
                             # h's row r is node base + r, as the stage's buffers: the same
                             # read as training's, from current rows instead of history
-                            h_src = torch.cat([hk, st.source.read(h, remote, k)], dim=0)
+                            h_src = torch.cat([hk, st.source.read(src, remote, k)], dim=0)
                         o, c2 = u(hk, ck, ctx, block=ch.block, h_src=h_src)
                     else:
                         o, c2 = u(hk, ck, ctx, block=ch.block)
@@ -357,4 +380,12 @@ class PipelineExecutor(Executor):
         finally:
             for u in st.units:
                 u.train()
+        if refresh and self.s < self.S - 1:
+            cout = {k: carry[k] for k in st.carry_out_keys}
+            self.comm.send(self._pack(h, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category=tag_cat)
         return h, carry
+
+    @torch.no_grad()
+    def _refresh(self, epoch: int) -> None:
+        """The history refresh before a training epoch (see :meth:`_eval_forward`)."""
+        self._eval_forward(epoch, refresh=True)

@@ -29,11 +29,22 @@ independent one-process implementation of the same rules, used as the tests' ora
 4. **Snapshot** (period ``K``; 0 = off). At the end of every epoch ``e`` with ``(e+1) % K ==
    0`` the history buffers are copied into a snapshot; at the start of every later epoch the
    buffers are restored from it, so stale rows come from one consistent model state.
-5. **Exact mode.** One chunk spanning the whole graph: every aggregation sees current-epoch
+5. **History refresh** (``refresh_epochs`` N; 0 = off). Before the chunks of each epoch
+   ``e < N`` run (after rule 4's restore), the history is refilled by an exact forward of
+   the current weights, in training mode with epoch ``e``'s dropout masks and no gradient:
+   unit by unit over the whole graph, each aggregating unit's input rows of every node are
+   written into ``H_u`` before the unit runs (:meth:`PipelineExecutor._refresh
+   <gnnpipe.parallel.runtime.PipelineExecutor._refresh>`; the rows cross stage boundaries
+   once, as in evaluation). Every row a chunk then reads from history equals the row it
+   would compute this epoch, so the epoch's forward is the exact one (its loss is the
+   one-process loss); rule 3 still decides which cross-chunk gradients count. One extra
+   forward per refreshed epoch; it removes the staleness where it is largest: the first
+   epoch reads a zero history otherwise, and the weights move fastest early.
+6. **Exact mode.** One chunk spanning the whole graph: every aggregation sees current-epoch
    inputs, no history is read, and the result equals the one-process full-graph run (stages
    then cannot overlap within the epoch).
-6. **Hybrid ways (stale).** ``D`` ways run the same chunk order, local chunk ``k`` of every
-   way at the same slot. Rules 2–4 hold over the whole graph: a neighbour row in another
+7. **Hybrid ways (stale).** ``D`` ways run the same chunk order, local chunk ``k`` of every
+   way at the same slot. Rules 2–5 hold over the whole graph: a neighbour row in another
    way is fresh if its owner's chunk ran forward this epoch (this slot included), one epoch
    old (or the snapshot's) otherwise; its gradient counts if produced at an earlier
    backward slot than its chunk's. How the rows and gradients travel (each boundary row
