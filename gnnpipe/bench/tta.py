@@ -40,6 +40,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -259,8 +260,12 @@ def _train(args: list[str], out: Path, local: bool, rate: str, timeout_s: float)
 def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequence[str] = MODES,
         wires: Sequence[str] = ("float32",), rates: Sequence[str] = ("unshaped", "50mbit"), local: bool = False,
         timing_epochs: int = 4, epochs: int | None = None, quick: bool = False,
-        timeout_s: float = 7200.0) -> tuple[list[dict], str]:
-    """Run the benchmark (see the module docstring); returns (rows, markdown)."""
+        timeout_s: float = 7200.0, train_flags: Sequence[str] = ()) -> tuple[list[dict], str]:
+    """Run the benchmark (see the module docstring); returns (rows, markdown).
+
+    ``train_flags``: more ``gnnpipe-train`` flags for every run but the exact reference
+    (graph parallelism in float32), e.g. a convergence switch of the stale modes to measure;
+    give such a run its own ``out``."""
     if config not in CONFIGS:
         raise GnnpipeError(f"--config {config!r}: expected one of {', '.join(CONFIGS)}")
     for w in wires:
@@ -302,7 +307,8 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
             return
         args = [*base, "--eval-every", str(eval_every), "--seed", str(seed), *mode_flags(mode, WORLD),
                 *(["--wire", w] if w != "float32" else []),
-                *(["--stop-at-val-acc", f"{stop:.6f}"] if stop is not None else [])]
+                *(["--stop-at-val-acc", f"{stop:.6f}"] if stop is not None else []),
+                *(train_flags if stop is not None else [])]
         run_dir = d / "runs" / f"{mode}-{w}-seed{seed}"
         t0, before = time.monotonic(), machine_load()
         _train(args, run_dir, local, curve_rate, timeout_s)
@@ -326,7 +332,8 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
                 if (mode, w, rate) in timed:
                     continue
                 args = [*base, "--eval-every", "1000000", "--seed", "0", *mode_flags(mode, WORLD),
-                        *(["--wire", w] if w != "float32" else [])]
+                        *(["--wire", w] if w != "float32" else []),
+                        *(train_flags if (mode, w) != ("graph", "float32") else [])]
                 args[args.index("--epochs") + 1] = str(timing_epochs)
                 run_dir = d / "timing" / f"{mode}-{w}-{rate}"
                 before = machine_load()
@@ -381,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=Path("results"), help="results root (default results/)")
     ap.add_argument("--quick", action="store_true", help="results under tta-quick/ (with --config tiny: seconds)")
     ap.add_argument("--plot", type=Path, default=None, metavar="DIR", help="only re-summarise and redraw a stored DIR")
+    ap.add_argument("--train-flags", default="", metavar="'FLAGS'",
+                    help="more gnnpipe-train flags for every run but the exact reference, e.g. "
+                         "'--snapshot-period 0' (use its own --out)")
     ap.add_argument("--debug", action="store_true", help="tracebacks")
     return ap
 
@@ -410,6 +420,7 @@ def _main(argv: Sequence[str]) -> int:
         if min(args.seeds) < 0:
             raise GnnpipeError(f"--seeds: expected integers >= 0, got {args.seeds}")
         _, md = run(args.out.resolve(), args.config, args.seeds, modes, _split(args.wires), _split(args.rates),
-                    args.local, args.timing_epochs, args.epochs, args.quick, args.timeout)
+                    args.local, args.timing_epochs, args.epochs, args.quick, args.timeout,
+                    shlex.split(args.train_flags))
     print(md)
     return 0
