@@ -91,3 +91,23 @@ def test_the_trainer_refuses_the_dgl_backend_in_one_line_where_dgl_is_missing(tm
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "gnnpipe[dgl]" in lines[0], p.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_fit_and_the_conversions_print_no_third_party_notice_and_leave_filters_alone(tmp_path):
+    """torch's sparse-CSR notices are silenced while gnnpipe works, in a user's own process
+    with default warning filters; the user's own warnings still show afterwards."""
+    code = (
+        "import warnings, numpy as np, scipy.sparse as sp, gnnpipe\n"
+        "from gnnpipe.data.synthetic import sbm\n"
+        "g = sbm(300, num_classes=3, avg_degree=4, num_features=6, seed=1, name='s')\n"
+        "g = gnnpipe.Graph(g.indptr, g.indices, sp.csr_matrix(g.features), g.labels, g.train_mask, g.val_mask,\n"
+        "                  g.test_mask, name='s', num_classes=3)\n"
+        "d = g.to_pyg()\n"
+        "r = gnnpipe.fit(g, mode='pipeline', model='gcn', layers=2, hidden=8, epochs=2, progress=False)\n"
+        "r.predict()\n"
+        "warnings.warn('mine')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Sparse CSR" not in p.stderr and "Sparse invariant" not in p.stderr, p.stderr
+    assert "UserWarning: mine" in p.stderr

@@ -38,6 +38,7 @@ from gnnpipe.cost.profile import HardwareProfile, load_profile
 from gnnpipe.cost.units import dropout_elem_bytes, unit_works
 from gnnpipe.models import ModelConfig, RunCtx, build_model, ops
 from gnnpipe.models.block import Block
+from gnnpipe.quiet import silence_for_process
 from gnnpipe.testing import run_ranks
 
 
@@ -306,6 +307,7 @@ def _contention_worker(index: int, phases: Sequence[int], barriers: dict, done, 
     ``phases``, the first ``k`` workers time the same GCNII step together (after a barrier of
     ``k``) and report their median; every worker then meets at ``done`` so the next phase
     starts with exactly ``k`` busy processes (the others block, using no CPU)."""
+    silence_for_process()  # a spawned process: the CLI's warning filters are not inherited
     torch.set_num_threads(1)
     indptr, indices = _random_csr(4000, 20, 7)
     blk = Block.full(indptr, indices)
@@ -333,6 +335,8 @@ def _contention_worker(index: int, phases: Sequence[int], barriers: dict, done, 
 _BASE_PROBE = """
 import resource, sys
 from mpi4py import MPI  # noqa: F401  (an MPI rank has it loaded)
+from gnnpipe.quiet import silence_for_process
+silence_for_process()
 from gnnpipe.comm import SingleProcessCommunicator
 from gnnpipe.config import TrainConfig
 from gnnpipe.train import train
