@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -243,8 +244,6 @@ def _curve_of(out: Path, mode: str, wire: str, seed: int) -> dict:
 
 def _train(args: list[str], out: Path, local: bool, rate: str, timeout_s: float) -> None:
     if out.exists():  # an earlier, interrupted attempt: its run directory would be refused
-        import shutil
-
         shutil.rmtree(out)
     if local:
         cmd = [str(C.venv_bin() / "mpirun"), "-np", str(WORLD), sys.executable, "-m", "gnnpipe.train", *args,
