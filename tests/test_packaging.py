@@ -13,7 +13,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
