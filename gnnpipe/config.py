@@ -97,7 +97,9 @@ class TrainConfig:
     refresh_epochs: int = _m(0, "pipeline/hybrid: before each of the first N epochs, refill the history with an exact "
                              "forward (no gradient) of the current weights and the epoch's dropout masks, so those "
                              "epochs' forwards are exact (one extra forward each)")
-    snapshot_period: int = _m(23, "refresh the historical-embedding snapshot every K epochs (0: off)")
+    snapshot_period: int = _m(0, "refresh the historical-embedding snapshot every K epochs (0: off, the default: the "
+                              "paper's K = 23 keeps stale rows up to K epochs old, which cost 2 points of Squirrel "
+                              "GCNII-32 at 60 epochs; docs/convergence-notes.md)")
     history_dtype: str = _m("float32", "pipeline/hybrid: storage dtype of the historical embeddings, cross-chunk "
                             "gradients and snapshot (bfloat16 halves them; reads upcast to float32)",
                             choices=("float32", "bfloat16"))

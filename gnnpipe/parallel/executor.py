@@ -59,7 +59,9 @@ ACTION_KINDS = ("forward", "backward", "gather", "encode", "decode", "wait_recv"
 
 @dataclass
 class StaleOptions:
-    """The pipeline's convergence techniques (all on by default) and exactness.
+    """The pipeline's convergence techniques and exactness: shuffle and the gradient fix on
+    by default, the snapshot (the paper's third technique) and the history refresh off (see
+    docs/convergence-notes.md for the measurements behind the defaults).
 
     Exact mode runs one chunk per way, so there is nothing stale: use :meth:`resolve`, which
     switches the techniques off there.
@@ -69,12 +71,12 @@ class StaleOptions:
     shuffle: bool = True
     grad_fix: bool = True
     grad_scale: float = 2.0
-    snapshot_period: int = 23
+    snapshot_period: int = 0
     refresh_epochs: int = 0
 
     @classmethod
     def resolve(cls, exact: bool, shuffle: bool = True, grad_fix: bool = True,
-                snapshot_period: int = 23, grad_scale: float = 2.0, refresh_epochs: int = 0) -> "StaleOptions":
+                snapshot_period: int = 0, grad_scale: float = 2.0, refresh_epochs: int = 0) -> "StaleOptions":
         """The options a run uses: in exact mode no gradient fix, no snapshot, no refresh."""
         return cls(exact=exact, shuffle=shuffle, grad_fix=grad_fix and not exact, grad_scale=grad_scale,
                    snapshot_period=0 if exact else snapshot_period, refresh_epochs=0 if exact else refresh_epochs)

@@ -26,7 +26,8 @@ independent one-process implementation of the same rules, used as the tests' ora
    dropped when ``G_u`` is cleared at the end of the epoch. With ``grad_fix`` off, no
    gradient crosses chunks (neighbour rows are constants, as in plain historical-embedding
    methods).
-4. **Snapshot** (period ``K``; 0 = off). At the end of every epoch ``e`` with ``(e+1) % K ==
+4. **Snapshot** (period ``K``; 0 = off, the default: the paper's ``K = 23`` makes stale rows
+   up to ``K`` epochs old, which costs accuracy at short schedules). At the end of every epoch ``e`` with ``(e+1) % K ==
    0`` the history buffers are copied into a snapshot; at the start of every later epoch the
    buffers are restored from it, so stale rows come from one consistent model state.
 5. **History refresh** (``refresh_epochs`` N; 0 = off). Before the chunks of each epoch
