@@ -46,7 +46,7 @@ def test_cuda_executor_holds_only_gpu_tensors(mode):
     params = list(ex.model.parameters()) if mode == "graph" else ex.params
     assert all(p.is_cuda for p in params)
     if mode == "pipeline":
-        assert all(h.is_cuda for h in ex.stage.hist.values())
+        assert all(h.is_cuda for h in ex.stage.history.hist.values())
         assert all(ch.block.indptr.is_cuda for ch in ex.stage.chunks)
 
 

@@ -103,10 +103,10 @@ def test_stage_keeps_no_neighbour_copies_and_cross_chunk_gradients_arrive():
         held = [s for _, s in st.state[k].nbr_leaves]
         assert held and all(s.grad is None and s.anchor.numel() == 0 for s in held)
     # backward of the last chunk sends gradients to the other chunks' rows
-    before = st.gacc[1].clone()
+    before = st.history.gacc[1].clone()
     st.backward_chunk(3, torch.ones_like(outs[3]), {})
     nbr = st.chunks[3].nbr_ids
-    assert torch.count_nonzero(st.gacc[1][nbr] - before[nbr]) > 0
+    assert torch.count_nonzero(st.history.gacc[1][nbr] - before[nbr]) > 0
 
 
 def _predicted_saved(stats, spec, units, src, dst):

@@ -64,13 +64,13 @@ def _tensors(obj) -> list:
 
 
 def _storages(st) -> set:
-    bufs = list(st.hist.values()) + list(st.gacc.values()) + list((st.snap or {}).values())
+    bufs = list(st.history.hist.values()) + list(st.history.gacc.values()) + list((st.history.snap or {}).values())
     return {t.untyped_storage().data_ptr() for t in bufs}
 
 
 def test_two_history_buffers_per_unit_and_nothing_held_until_the_flush():
     st = _middle_stage(snapshot_period=2)
-    units = len(st.hist)
+    units = len(st.history.hist)
     assert units == 2
     seen = []
     for epoch in range(5):
@@ -93,9 +93,9 @@ def test_two_history_buffers_per_unit_and_nothing_held_until_the_flush():
             assert g_in.shape == (st.chunks[k].size, st.in_dim)
             seen.append(len(_storages(st)))
             if epoch >= 1:  # a snapshot exists from epoch 1's backward turn on: G is in H's storage
-                assert all(st.gacc[p].data_ptr() == st.hist[p].data_ptr() for p in st.hist)
+                assert all(st.history.gacc[p].data_ptr() == st.history.hist[p].data_ptr() for p in st.history.hist)
         st.end_epoch()
-        assert (st.snap is not None) == (epoch >= 1)
+        assert (st.history.snap is not None) == (epoch >= 1)
     assert max(seen) == 2 * units, seen
 
 
@@ -104,15 +104,15 @@ def test_snapshot_taken_at_the_backward_turn_equals_end_of_epoch_history():
     st.begin_epoch(0)
     for k in range(4):
         st.forward_chunk(k, torch.randn(st.chunks[k].size, st.in_dim), {})
-    hist = {p: h.clone() for p, h in st.hist.items()}
+    hist = {p: h.clone() for p, h in st.history.hist.items()}
     for k in reversed(range(4)):
         st.backward_chunk(k, torch.randn(st.chunks[k].size, st.out_dim), {})
     st.end_epoch()
     for p in hist:
-        assert torch.equal(st.snap[p], hist[p])
+        assert torch.equal(st.history.snap[p], hist[p])
     st.begin_epoch(1)
     for p in hist:
-        assert torch.equal(st.hist[p], hist[p])
+        assert torch.equal(st.history.hist[p], hist[p])
 
 
 def _train_one_process(history_dtype: str, epochs: int = 30):
@@ -127,10 +127,10 @@ def _train_one_process(history_dtype: str, epochs: int = 30):
 def test_bfloat16_history_halves_the_buffers_and_trains():
     ex32, l32, acc32 = _train_one_process("float32")
     ex16, l16, acc16 = _train_one_process("bfloat16")
-    b32 = sum(t.nbytes for t in list(ex32.stage.hist.values()) + list((ex32.stage.snap or {}).values()))
-    b16 = sum(t.nbytes for t in list(ex16.stage.hist.values()) + list((ex16.stage.snap or {}).values()))
+    b32 = sum(t.nbytes for t in list(ex32.stage.history.hist.values()) + list((ex32.stage.history.snap or {}).values()))
+    b16 = sum(t.nbytes for t in list(ex16.stage.history.hist.values()) + list((ex16.stage.history.snap or {}).values()))
     assert b32 > 0 and b16 * 2 == b32
-    assert all(t.dtype == torch.bfloat16 for t in ex16.stage.hist.values())
+    assert all(t.dtype == torch.bfloat16 for t in ex16.stage.history.hist.values())
     assert l16[-1] < 0.8 * l16[0]
     assert abs(acc16["val_acc"] - acc32["val_acc"]) <= 0.05, (acc16, acc32)
     assert abs(l16[-1] - l32[-1]) <= 0.1 * l32[-1], (l16[-1], l32[-1])
@@ -161,25 +161,25 @@ def test_hybrid_way_history_rows_are_its_part():
     st = PipelineStage(list(model.units)[1:], 1, chunks_all[3:], rg.num_nodes, None, rg.labels, None, masks, 100,
                        True, StaleOptions(snapshot_period=1), seed=0, source=link)
     lo, hi = int(plan.part_ptr[1]), int(plan.part_ptr[2])
-    assert st.row0 == lo and all(h.shape[0] == hi - lo < rg.num_nodes for h in st.hist.values())
+    assert st.row0 == lo and all(h.shape[0] == hi - lo < rg.num_nodes for h in st.history.hist.values())
     for k in range(3):
         ids = chunks_all[3 + k].nbr_ids
         assert torch.equal(ids[link.own_pos[k]], link.own_rows[k] + lo)
         assert torch.equal(ids[link.remote_pos[k]], link.halo_ids[link.remote_rows[k]])
     # R_u holds the way's halo (graph parallelism's halo of the same part), once
     assert link.halo_rows == part_halo(rg, plan, 1).num_halo
-    assert st.remote.keys() == st.hist.keys()
-    assert all(r.shape[0] == link.halo_rows for r in st.remote.values())
+    assert st.history.remote.keys() == st.history.hist.keys()
+    assert all(r.shape[0] == link.halo_rows for r in st.history.remote.values())
     # R follows H: snapshot at the backward turn, GR in R's storage, restored next epoch
     st.begin_epoch(0)
-    for r in st.remote.values():
+    for r in st.history.remote.values():
         r.fill_(3.0)
     st.begin_backward()
-    assert all(st.gremote[p].data_ptr() == st.remote[p].data_ptr() for p in st.remote)
-    assert all(float(st.rsnap[p].min()) == 3.0 for p in st.remote)
+    assert all(st.history.gremote[p].data_ptr() == st.history.remote[p].data_ptr() for p in st.history.remote)
+    assert all(float(st.history.rsnap[p].min()) == 3.0 for p in st.history.remote)
     st.end_epoch()
     st.begin_epoch(1)
-    assert all(torch.equal(st.remote[p], st.rsnap[p]) for p in st.remote)
+    assert all(torch.equal(st.history.remote[p], st.history.rsnap[p]) for p in st.history.remote)
 
 
 @pytest.mark.parametrize("bad", ["float16", "int8"])

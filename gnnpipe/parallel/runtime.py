@@ -247,42 +247,17 @@ class PipelineExecutor(Executor):
         Cross-chunk gradient buffers are empty between epochs and chunk order and dropout
         are pure functions of (seed, epoch), so this is everything a resume needs.
         """
-        st = self.stage
-        return {
-            "kind": "pipeline",
-            "first_unit": st.first_unit,
-            "units": [u.state_dict() for u in st.units],
-            "opt": self.opt.state_dict() if hasattr(self.opt, "state_dict") else {},
-            # with a snapshot the next epoch restores the history from it: H is not needed
-            "hist": {k: v.clone() for k, v in st.hist.items()} if st.snap is None else {},
-            "snap": None if st.snap is None else {k: v.clone() for k, v in st.snap.items()},
-            "remote": {k: v.clone() for k, v in st.remote.items()} if st.snap is None else {},
-            "rsnap": None if st.rsnap is None else {k: v.clone() for k, v in st.rsnap.items()},
-        }
+        return {"kind": "pipeline", **self.stage.state_dict(),
+                "opt": self.opt.state_dict() if hasattr(self.opt, "state_dict") else {}}
 
     def owned_units(self) -> dict[int, dict]:
         st = self.stage
         return {st.first_unit + i: u.state_dict() for i, u in enumerate(st.units)}
 
     def load_state_dict(self, state: dict) -> None:
-        st = self.stage
-        if state.get("first_unit") != st.first_unit or len(state["units"]) != len(st.units):
-            raise GnnpipeError(
-                f"checkpoint holds units from {state.get('first_unit')} ({len(state['units'])} units) "
-                f"but this stage runs units from {st.first_unit} ({len(st.units)} units)"
-            )
-        for u, sd in zip(st.units, state["units"]):
-            u.load_state_dict(sd)
+        self.stage.load_state_dict(state)
         if hasattr(self.opt, "load_state_dict"):
             self.opt.load_state_dict(state["opt"])
-        for k, v in state["hist"].items():
-            st.hist[k].copy_(v)
-        if st.remote and "remote" not in state:
-            raise GnnpipeError("checkpoint holds no remote rows of the other ways (saved before they were "
-                               "checkpointed); resuming would change the numbers")
-        for k, v in state.get("remote", {}).items():
-            st.remote[k].copy_(v)
-        st.set_snapshot(state["snap"], state.get("rsnap"))
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:
@@ -306,15 +281,11 @@ class PipelineExecutor(Executor):
         return reduce_accuracies(counts, self.world)
 
     def _eval_forward(self, epoch: int, refresh: bool = False) -> tuple[torch.Tensor, dict]:
-        """This stage's output rows (and carry) of its whole part in evaluation mode.
-
-        ``refresh`` (the history refresh of ``StaleOptions.refresh_epochs``, training): the same
-        unit-by-unit forward in training mode (this epoch's dropout masks, no gradient);
-        at each aggregating unit with history, the current input rows of the whole part
-        are written into the history ``H_u`` and pushed into the other ways' remote rows
-        ``R_u`` (as a training forward writes and pushes one chunk's), and the neighbour
-        rows are read back from them as training reads them. Stage boundaries carry
-        ``pipe_act`` bytes, float32 whatever ``--wire`` says."""
+        """This stage's output rows (and carry) of its whole part: receive the previous
+        stage's, run :meth:`PipelineStage.forward_whole` (evaluation, or with ``refresh``
+        the history refresh of ``StaleOptions.refresh_epochs``) and, for a refresh, send
+        them on (evaluation's last send is :meth:`evaluate`'s). Stage boundaries carry
+        ``eval`` bytes, ``pipe_act`` for a refresh, float32 whatever ``--wire`` says."""
         st = self.stage
         base = st.chunks[0].lo
         R = st.chunks[-1].hi - base
@@ -324,62 +295,7 @@ class PipelineExecutor(Executor):
             buf = torch.empty(R, self._width(st.in_dim, self.carry_in_keys), device=st.device)
             self.comm.recv(buf, self.s - 1, tag=_EVAL_TAG)
             h, carry = self._unpack(buf, st.in_dim, self.carry_in_keys)
-        # (a refresh hashes this epoch's dropout masks into the stage's cache: the chunks reuse them)
-        ctx = RunCtx(training=refresh, epoch=epoch, seed=st.seed, masks=st.keep_masks if refresh else None)
-        if not refresh:
-            for u in st.units:
-                u.eval()
-        try:
-            for pos, u in enumerate(st.units):
-                out, new_carry = None, {}
-                remote = None
-                src = h
-                if u.aggregates and not (st.first_unit == 0 and pos == 0):
-                    if refresh and pos in st.hist:
-                        # rows as the training forward will read them (history dtype)
-                        src = st.hist[pos]
-                        src.copy_(h)
-                        remote = st.remote.get(pos)
-                        st.source.push(src, remote, None, category="halo_fwd")
-                    elif not refresh:
-                        # the other ways' current rows this way reads: one exchange per unit
-                        rows = st.source.halo_rows
-                        remote = None if rows is None else h.new_empty((rows, h.shape[1]))
-                        st.source.push(h, remote, None, category="eval")
-                for k, ch in enumerate(st.chunks):
-                    a, b = ch.lo - base, ch.hi - base
-                    features = st.first_unit == 0 and pos == 0
-                    if features:
-                        hk = st.x_dst_rows(k)
-                    else:
-                        hk = h[a:b]
-                    ck = {key: v[a:b] for key, v in carry.items()}
-                    if u.aggregates:
-                        if features:
-                            h_src = st.x_src_rows(k)
-                        elif refresh and pos not in st.hist:  # no neighbour outside the chunk
-                            h_src = hk
-                        else:
-                            # h's row r is node base + r, as the stage's buffers: the same
-                            # read as training's, from current rows instead of history
-                            h_src = torch.cat([hk, st.source.read(src, remote, k)], dim=0)
-                        o, c2 = u(hk, ck, ctx, block=ch.block, h_src=h_src)
-                    else:
-                        o, c2 = u(hk, ck, ctx, block=ch.block)
-                    if out is None:
-                        out = o.new_empty(R, o.shape[1])
-                    out[a:b] = o
-                    for key, t in c2.items():
-                        if key in ck and t is ck[key]:
-                            continue  # passed through unchanged
-                        if key not in new_carry:
-                            new_carry[key] = t.new_empty(R, t.shape[1])
-                        new_carry[key][a:b] = t
-                h = out
-                carry.update(new_carry)
-        finally:
-            for u in st.units:
-                u.train()
+        h, carry = st.forward_whole(h, carry, epoch, refresh)
         if refresh and self.s < self.S - 1:
             cout = {k: carry[k] for k in st.carry_out_keys}
             self.comm.send(self._pack(h, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category=tag_cat)

@@ -34,8 +34,8 @@ independent one-process implementation of the same rules, used as the tests' ora
    ``e < N`` run (after rule 4's restore), the history is refilled by an exact forward of
    the current weights, in training mode with epoch ``e``'s dropout masks and no gradient:
    unit by unit over the whole graph, each aggregating unit's input rows of every node are
-   written into ``H_u`` before the unit runs (:meth:`PipelineExecutor._refresh
-   <gnnpipe.parallel.runtime.PipelineExecutor._refresh>`; the rows cross stage boundaries
+   written into ``H_u`` before the unit runs (:meth:`PipelineStage.forward_whole` with
+   ``refresh``, driven by the runtime's ``_refresh``; the rows cross stage boundaries
    once, as in evaluation). Every row a chunk then reads from history equals the row it
    would compute this epoch, so the epoch's forward is the exact one (its loss is the
    one-process loss); rule 3 still decides which cross-chunk gradients count. One extra
@@ -71,6 +71,7 @@ from gnnpipe.parallel.chunks import ChunkInfo
 from gnnpipe.parallel.executor import StaleOptions
 from gnnpipe.parallel.features import feature_rows
 from gnnpipe.parallel.halo import acc_rows
+from gnnpipe.parallel.history import History
 
 
 def carry_keys_after(units, start: int) -> tuple[str, ...]:
@@ -284,19 +285,9 @@ class PipelineStage:
         device: where the stage computes: its labels, masks, features and every buffer are
             made there (the chunks, the units and the source are placed by the builder).
 
-    Buffers per aggregating unit ``u`` whose input is trained (``R`` rows: N, or a hybrid
-    way's own part): ``H_u`` [R, d_in] always; ``G_u`` during the backward phase; ``S_u``
-    once a snapshot exists. While no snapshot exists ``H_u`` must survive into the next
-    epoch, so ``G_u`` is a buffer of its own; once one exists ``H_u`` is dead from the end
-    of the forward phase (the next epoch restores it from ``S_u``), so ``G_u`` reuses its
-    storage and the snapshot is taken at the end of the forward phase (``H_u`` is not
-    written in backward, so this equals taking it at the end of the epoch). Two buffers per
-    unit at any time.
-
-    A source with remote rows (``source.halo_rows``; the stale hybrid's other ways' rows)
-    adds the same trio over those rows: ``R_u`` [halo_rows, d_in] beside ``H_u``, its
-    gradient ``GR_u`` beside ``G_u`` (in ``R_u``'s storage once a snapshot exists) and
-    ``RS_u`` beside ``S_u``, taken, restored and checkpointed at the same points.
+    The history buffers of every aggregating unit whose input is trained (``H``, ``G``,
+    ``S`` and, with a source that has remote rows, ``R``, ``GR``, ``RS``) and their epoch
+    phases are :attr:`history`'s (:class:`gnnpipe.parallel.history.History`).
     """
 
     def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
@@ -333,27 +324,14 @@ class PipelineStage:
         self.gather_s = 0.0
         self.row0 = self.source.row0
         self.rows = self.source.rows if self.source.rows is not None else self.N
-        self.hist: dict[int, torch.Tensor] = {}
-        self.gacc: dict[int, torch.Tensor] = {}  # G_u; aliases H_u in the backward phase once a snapshot exists
-        self.snap: dict[int, torch.Tensor] | None = None
-        # R_u, GR_u, RS_u: the source's remote rows, their gradients, their snapshot
-        self.remote: dict[int, torch.Tensor] = {}
-        self.gremote: dict[int, torch.Tensor] = {}
-        self.rsnap: dict[int, torch.Tensor] | None = None
-        self._backward_phase = False
         # A fresh source (exact hybrid) exchanges current rows: no history. A collective one
         # (stale hybrid) needs buffers on every unit so that every way's exchanges line up.
         has_nbrs = any(ch.nbr_ids.numel() for ch in chunks)
         keeps_history = not self.source.fresh and (has_nbrs or self.source.collective)
-        for pos, u in enumerate(self.units):
-            if u.aggregates and not (first_unit == 0 and pos == 0) and keeps_history:
-                self.hist[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype, device=dev)
-                if opts.grad_fix:
-                    self.gacc[pos] = torch.zeros(self.rows, u.in_dim, dtype=hist_dtype, device=dev)
-                if self.source.halo_rows is not None:
-                    self.remote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype, device=dev)
-                    if opts.grad_fix:
-                        self.gremote[pos] = torch.zeros(self.source.halo_rows, u.in_dim, dtype=hist_dtype, device=dev)
+        dims = {pos: u.in_dim for pos, u in enumerate(self.units)
+                if u.aggregates and not (first_unit == 0 and pos == 0) and keeps_history}
+        self.history = History(dims, self.rows, self.source.halo_rows, opts.grad_fix, opts.snapshot_period,
+                               hist_dtype, dev)
         self.x_dst: list = []
         self.x_src: list = []
         # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
@@ -442,69 +420,24 @@ class PipelineStage:
         self.state.clear()
         if self.keep_masks is not None:
             self.keep_masks.clear()
-        self._backward_phase = False
-        if self.snap is not None:
-            self.gacc = {}  # G_u lives in H_u's storage during the backward phase only
-            self.gremote = {}  # and GR_u in R_u's
-            for pos, h in self.hist.items():
-                h.copy_(self.snap[pos])
-            for pos, r in self.remote.items():
-                r.copy_(self.rsnap[pos])
+        self.history.begin_epoch(epoch)
 
     def begin_backward(self) -> None:
         """The turn from the forward to the backward phase (every stage runs all its
-        forwards before any backward): snapshot epochs take S ← H (and RS ← R) here; once a
-        snapshot exists, G_u takes over H_u's storage (and GR_u R_u's), zeroed."""
-        if self._backward_phase:
-            return
-        self._backward_phase = True
-        if self.keep_masks is not None:
+        forwards before any backward): the history's turn (:meth:`History.begin_backward`)."""
+        if self.history.begin_backward() and self.keep_masks is not None:
             self.keep_masks.clear()  # backward uses the masks each dropout saved, packed
-        k = self.opts.snapshot_period
-        if k and (self.epoch + 1) % k == 0 and self.hist:
-            if self.snap is None:
-                self.gacc = {}  # the separate G buffers are all zero here: G is written only in backward
-                self.gremote = {}
-                self.snap = {pos: h.clone() for pos, h in self.hist.items()}
-                self.rsnap = {pos: r.clone() for pos, r in self.remote.items()}
-            else:
-                for pos, h in self.hist.items():
-                    self.snap[pos].copy_(h)
-                for pos, r in self.remote.items():
-                    self.rsnap[pos].copy_(r)
-        if self.snap is not None and self.opts.grad_fix:
-            self.gacc = {pos: h.zero_() for pos, h in self.hist.items()}
-            self.gremote = {pos: r.zero_() for pos, r in self.remote.items()}
 
     def end_epoch(self) -> None:
         self.begin_backward()  # (a no-op after any backward)
-        if self.snap is not None:
-            self.gacc = {}  # H_u's storage: restored from the snapshot by the next epoch
-            self.gremote = {}
-        # gradients of rows whose chunk already ran backward are dropped here
-        for g in list(self.gacc.values()) + list(self.gremote.values()):
-            g.zero_()
+        self.history.end_epoch()  # drops the gradients of rows whose chunk already ran backward
         self.state.clear()
         self._reset_transform()
-        self._backward_phase = False
-
-    def set_snapshot(self, snap: dict | None, rsnap: dict | None = None) -> None:
-        """Load a snapshot of ``H`` (and of ``R``, when the source has remote rows)
-        (checkpoint resume): copied into buffers of the history dtype."""
-        if snap is None:
-            self.snap = self.rsnap = None
-            return
-        if self.remote and rsnap is None:
-            raise GnnpipeError("internal: a snapshot of the history without one of the remote rows")
-        self.gacc = {}
-        self.gremote = {}
-        self.snap = {pos: torch.empty_like(self.hist[pos]).copy_(v) for pos, v in snap.items()}
-        self.rsnap = {pos: torch.empty_like(self.remote[pos]).copy_(v) for pos, v in (rsnap or {}).items()}
 
     def _fresh_grad(self, pos: int, k: int, g: torch.Tensor) -> torch.Tensor:
         """``g`` plus chunk k's rows of G_u times grad_scale (see :class:`_InjectGrad`)."""
         ch = self.chunks[k]
-        rows = self.gacc[pos][ch.lo - self.row0 : ch.hi - self.row0]
+        rows = self.history.gacc[pos][ch.lo - self.row0 : ch.hi - self.row0]
         return g + rows.float() * self.opts.grad_scale
 
     # ------------------------------------------------------------------ compute
@@ -517,7 +450,7 @@ class PipelineStage:
         Returns:
             (output rows [n_k, out_dim], carry dict); on the last stage the output is logits.
         """
-        if training and self._backward_phase:
+        if training and self.history.backward_phase:
             # G may occupy H's storage from the turn on (see begin_backward)
             raise GnnpipeError(f"internal: forward of chunk {k} after this stage's backward phase began; "
                                "a stage must run all its forwards of an epoch before any backward")
@@ -552,16 +485,16 @@ class PipelineStage:
                     # and their gradients return inside autograd, as in graph parallelism.
                     h_src = self.source.with_fresh(h, self.epoch if training else None,
                                                    self.first_unit + pos)
-                elif pos not in self.hist:  # one chunk spanning every node: nothing outside it
+                elif pos not in self.history:  # one chunk spanning every node: nothing outside it
                     h_src = h
                 else:
-                    hist = self.hist[pos]
+                    hist = self.history.hist[pos]
                     if training:
                         hist[ch.lo - r0 : ch.hi - r0] = h.detach()
                         if self.opts.grad_fix and h.requires_grad:
                             h = _InjectGrad.apply(h, self, pos, k)
                     m = ch.nbr_ids.numel()
-                    rbuf = self.remote.get(pos)
+                    rbuf = self.history.remote.get(pos)
                     if training:  # (a collective: every way, every unit, even with m = 0)
                         self.source.push(hist, rbuf, k, epoch=self.epoch, unit=self.first_unit + pos)
                     make = lambda hist=hist, rbuf=rbuf: self.source.read(hist, rbuf, k)  # noqa: E731
@@ -621,7 +554,8 @@ class PipelineStage:
         st = self.state.pop(k)
         # remote rows' gradients accumulated since the forward phase, into their owners' G_u
         # before chunk k's backward injects G_u (a collective: every way, every chunk)
-        self.source.before_backward(k, self.gacc, self.gremote, epoch=self.epoch, unit0=self.first_unit)
+        hy = self.history
+        self.source.before_backward(k, hy.gacc, hy.gremote, epoch=self.epoch, unit0=self.first_unit)
         if self.is_last:
             torch.autograd.backward([st.loss], [torch.ones_like(st.loss)])
         elif st.root is not None:
@@ -629,7 +563,7 @@ class PipelineStage:
             torch.autograd.backward([st.root])
         for pos, sink in st.nbr_leaves:
             if sink.grad is not None:
-                self.source.return_grads(self.gacc[pos], self.gremote.get(pos), sink.grad, k)
+                self.source.return_grads(hy.gacc[pos], hy.gremote.get(pos), sink.grad, k)
         if st.z_sink is not None and st.z_sink.grad is not None:
             self._gz.index_add_(0, self.x_src_ids[k], st.z_sink.grad)
         if st.z_piece is not None:  # every reader of the piece's rows is done: W's share
@@ -644,6 +578,101 @@ class PipelineStage:
         # the chunk's loss stays on the device: the executor reads the epoch's sum once
         loss = st.loss.detach() if st.loss is not None else None
         return grad_in, gcarry, loss
+
+    # ------------------------------------------------------------------ whole part
+    def forward_whole(self, h: torch.Tensor | None, carry: dict, epoch: int,
+                      refresh: bool = False) -> tuple[torch.Tensor, dict]:
+        """This stage's output rows (and carry) of its whole part, unit by unit and chunk by
+        chunk over the training chunks' blocks: every unit's input rows of the whole part
+        are computed before the unit runs, so every neighbour row is current.
+
+        Evaluation (``refresh`` False): no history is read or written; the other ways'
+        current rows come through the source's exchange (one per unit, ``eval`` bytes).
+
+        ``refresh`` (rule 5, training): the same forward in training mode (this epoch's
+        dropout masks, no gradient); at each aggregating unit with history, the current
+        input rows of the whole part are written into ``H_u`` and pushed into the other
+        ways' ``R_u`` (as a training forward writes and pushes one chunk's), and the
+        neighbour rows are read back from them as training reads them.
+
+        Args:
+            h, carry: the whole part's input rows and carry (None, {} on the first stage).
+        """
+        base = self.chunks[0].lo
+        R = self.chunks[-1].hi - base
+        hy = self.history
+        # (a refresh hashes this epoch's dropout masks into the stage's cache: the chunks reuse them)
+        ctx = RunCtx(training=refresh, epoch=epoch, seed=self.seed, masks=self.keep_masks if refresh else None)
+        if not refresh:
+            for u in self.units:
+                u.eval()
+        try:
+            for pos, u in enumerate(self.units):
+                out, new_carry = None, {}
+                remote = None
+                src = h
+                if u.aggregates and not (self.first_unit == 0 and pos == 0):
+                    if refresh and pos in hy:
+                        # rows as the training forward will read them (history dtype)
+                        src = hy.hist[pos]
+                        src.copy_(h)
+                        remote = hy.remote.get(pos)
+                        self.source.push(src, remote, None, category="halo_fwd")
+                    elif not refresh:
+                        # the other ways' current rows this way reads: one exchange per unit
+                        rows = self.source.halo_rows
+                        remote = None if rows is None else h.new_empty((rows, h.shape[1]))
+                        self.source.push(h, remote, None, category="eval")
+                for k, ch in enumerate(self.chunks):
+                    a, b = ch.lo - base, ch.hi - base
+                    features = self.first_unit == 0 and pos == 0
+                    hk = self.x_dst_rows(k) if features else h[a:b]
+                    ck = {key: v[a:b] for key, v in carry.items()}
+                    if u.aggregates:
+                        if features:
+                            h_src = self.x_src_rows(k)
+                        elif refresh and pos not in hy:  # no neighbour outside the chunk
+                            h_src = hk
+                        else:
+                            # h's row r is node base + r, as the stage's buffers: the same
+                            # read as training's, from current rows instead of history
+                            h_src = torch.cat([hk, self.source.read(src, remote, k)], dim=0)
+                        o, c2 = u(hk, ck, ctx, block=ch.block, h_src=h_src)
+                    else:
+                        o, c2 = u(hk, ck, ctx, block=ch.block)
+                    if out is None:
+                        out = o.new_empty(R, o.shape[1])
+                    out[a:b] = o
+                    for key, t in c2.items():
+                        if key in ck and t is ck[key]:
+                            continue  # passed through unchanged
+                        if key not in new_carry:
+                            new_carry[key] = t.new_empty(R, t.shape[1])
+                        new_carry[key][a:b] = t
+                h = out
+                carry.update(new_carry)
+        finally:
+            for u in self.units:
+                u.train()
+        return h, carry
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """This stage's units and what the next epoch reads of its history
+        (:meth:`History.state_dict`)."""
+        return {"first_unit": self.first_unit, "units": [u.state_dict() for u in self.units],
+                **self.history.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The inverse of :meth:`state_dict`; refuses a checkpoint of other units."""
+        if state.get("first_unit") != self.first_unit or len(state["units"]) != len(self.units):
+            raise GnnpipeError(
+                f"checkpoint holds units from {state.get('first_unit')} ({len(state['units'])} units) "
+                f"but this stage runs units from {self.first_unit} ({len(self.units)} units)"
+            )
+        for u, sd in zip(self.units, state["units"]):
+            u.load_state_dict(sd)
+        self.history.load_state_dict(state)
 
     def train_counts(self, k: int, logits: torch.Tensor) -> torch.Tensor:
         """int64 [2] (correct, total) of chunk k's training rows, on the device (no host sync)."""
