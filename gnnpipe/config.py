@@ -97,6 +97,9 @@ class TrainConfig:
     refresh_epochs: int = _m(0, "pipeline/hybrid: before each of the first N epochs, refill the history with an exact "
                              "forward (no gradient) of the current weights and the epoch's dropout masks, so those "
                              "epochs' forwards are exact (one extra forward each)")
+    exact_every: int = _m(0, "pipeline: epochs 0, N, 2N, ... run exact (the whole graph as one chunk: exact forward "
+                          "and backward, the stages take turns instead of overlapping) and write the history the "
+                          "stale epochs between them read (0: off); docs/convergence-notes.md")
     snapshot_period: int = _m(0, "refresh the historical-embedding snapshot every K epochs (0: off, the default: the "
                               "paper's K = 23 keeps stale rows up to K epochs old, which cost 2 points of Squirrel "
                               "GCNII-32 at 60 epochs; docs/convergence-notes.md)")
@@ -152,7 +155,8 @@ class TrainConfig:
         for name in ("layers", "hidden", "epochs", "eval_every", "ways", "synth_nodes", "synth_classes", "synth_features"):
             if getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
-        for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "refresh_epochs", "checkpoint_every",
+        for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "refresh_epochs", "exact_every",
+                     "checkpoint_every",
                      "ranks_per_gpu"):
             if getattr(self, name) < 0:
                 bad(name, getattr(self, name), "an integer >= 0")
@@ -161,6 +165,9 @@ class TrainConfig:
         if self.exact and self.wire != "float32":
             raise GnnpipeError(f"--exact keeps float32 on the wire; --wire {self.wire} is lossy "
                                "(drop --exact or use --wire float32)")
+        if self.exact_every and self.mode != "pipeline":
+            raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are built for "
+                               f"--mode pipeline only, not --mode {self.mode} (drop --exact-every, or use pipeline)")
         if not 0.0 <= self.dropout < 1.0:
             bad("dropout", self.dropout, "a probability in [0, 1)")
         if self.lr <= 0:

@@ -54,7 +54,7 @@ def stale_reference(epochs: int, chunks: int, ways: int = 1, **kw) -> dict:
     rg = relabel_graph(g, plan)
     model = build_model(model_config(cfg, g), seed=cfg.seed)
     opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period,
-                        grad_scale=cfg.grad_scale, refresh_epochs=cfg.refresh_epochs)
+                        grad_scale=cfg.grad_scale, refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every)
     ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm, ways=ways)
     losses, grads = [], None
     for e in range(epochs):
@@ -156,6 +156,38 @@ def test_stale_hybrid_with_the_convergence_switches_equals_reference():
         ref = stale_reference(**{k: v for k, v in run.items() if k not in ("mode", "stages")})
         _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {SWITCHES}")
         _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 {SWITCHES} (way 1)")
+
+
+def test_stale_pipeline_with_exact_epochs_equals_reference():
+    """Rule 8: every 3rd epoch exact (the whole graph as one chunk, writing the history the
+    stale epochs read), among a snapshot (period 4) and the first 2 epochs refreshed."""
+    runs = [dict(model=m, layers=4, epochs=10, chunks=5, snapshot_period=4, exact_every=3, refresh_epochs=2)
+            for m in ("gcn", "gcnii", "resgcn+")]
+    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        _compare([r[i] for r in res], stale_reference(**run), f"stale {run['model']} S=2 exact_every=3")
+
+
+def test_exact_epochs_are_the_one_process_epochs_and_feed_the_stale_ones():
+    """In the oracle, an exact epoch's loss is the one-process loss (epoch 0 and, every epoch
+    exact, all of them); the stale epoch after an exact one reads the rows it wrote, so it
+    differs from a run whose epoch 0 was stale."""
+    exact = full_graph_run(epochs=4, model="gcnii", layers=4)["losses"]
+    every = stale_reference(epochs=4, chunks=4, model="gcnii", layers=4, exact_every=1)["losses"]
+    np.testing.assert_allclose(every, exact, rtol=1e-5)
+    alt = stale_reference(epochs=2, chunks=4, model="gcnii", layers=4, exact_every=2)["losses"]
+    stale = stale_reference(epochs=2, chunks=4, model="gcnii", layers=4)["losses"]
+    assert alt[0] == pytest.approx(exact[0], rel=1e-5) and stale[0] != pytest.approx(exact[0], rel=1e-3)
+    assert alt[1] != pytest.approx(stale[1], rel=1e-4)
+
+
+def test_exact_epochs_are_refused_outside_pipeline_mode():
+    from gnnpipe.config import TrainConfig
+    from gnnpipe._base import GnnpipeError
+
+    for mode in ("graph", "hybrid"):
+        with pytest.raises(GnnpipeError, match=f"--exact-every 2: .*not --mode {mode}"):
+            TrainConfig(mode=mode, exact_every=2)
 
 
 @pytest.mark.parametrize("ways", [1, 2])

@@ -69,6 +69,28 @@ def test_a_mode_that_never_reaches_the_target_says_so_with_its_best():
     assert "not reached (best val 30.00–33.00 % over the seeds)" in line and "0/2" in line
 
 
+def test_exact_epochs_are_timed_and_counted_apart():
+    """--exact-every N: epochs 0, N, 2N, ... cost the exact epoch's time, the others the
+    stale one's; the timing run's two medians are taken apart (the first epoch left out)."""
+    assert tta.exact_every_of(["--epochs", "9", "--exact-every", "2"]) == 2
+    assert tta.exact_every_of(["--exact-every=3"]) == 3 and tta.exact_every_of(["--epochs", "2"]) == 0
+    assert tta.seconds_to(5, 1.0, 3.0, 2) == pytest.approx(3 * 3.0 + 2 * 1.0)  # 0, 2, 4 exact
+    assert tta.seconds_to(4, 1.0, 3.0, 2) == pytest.approx(2 * 3.0 + 2 * 1.0)
+    assert tta.seconds_to(4, 1.0) == pytest.approx(4.0)
+    recs = [{"epoch": e, "epoch_time_s": t} for e, t in enumerate([9.0, 1.0, 3.0, 1.2, 3.4])]
+    assert tta.epoch_times(recs, 2) == {"epoch_s": pytest.approx(1.1), "exact_epoch_s": pytest.approx(3.2)}
+    assert tta.epoch_times(recs, 0) == {"epoch_s": pytest.approx(2.1)}
+    assert tta.epoch_times(recs[:2], 2) == {"epoch_s": 1.0, "exact_epoch_s": 9.0}  # only epoch 0 was exact
+    assert tta.epoch_times(recs[:1], 2) == {"epoch_s": 9.0, "exact_epoch_s": 9.0}
+    alt = [dict(_curve("pipeline", s, [0.30, 0.396]), args=["--exact-every", "2"]) for s in (0, 1)]
+    timing = TIMING[:1] + [{"mode": "pipeline", "wire": "float32", "rate": "50mbit", "epoch_s": 1.0,
+                            "exact_epoch_s": 3.0, "exact_every": 2}]
+    rows, target = tta.summarize(CURVES[:2] + alt, timing, ["50mbit"])
+    pipe = next(r for r in rows if r["mode"] == "pipeline")
+    assert pipe["epochs_to_target"] == [2, 2] and pipe["tta_s"] == pytest.approx(3.0 + 1.0)
+    assert "(exact every 2: 3.000)" in tta.table(rows, target)
+
+
 def test_report_writes_the_table_and_a_plot(tmp_path):
     d = tmp_path / "squirrel-gcnii32"
     d.mkdir()
@@ -108,6 +130,18 @@ def test_local_run_end_to_end(tmp_path):
     assert (d / "tta.png").is_file() and "| pipeline | float32 | local |" in md
     again, _ = tta.run(tmp_path, "tiny", seeds=(0,), local=True, quick=True)  # stored runs are reused
     assert len((d / "curves.jsonl").read_text().splitlines()) == 3 and again == rows
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_local_run_with_exact_epochs_times_them_apart(tmp_path):
+    rows, md = tta.run(tmp_path, "tiny", seeds=(0,), modes=("pipeline",), local=True, quick=True,
+                       train_flags=["--exact-every", "2"])
+    timing = [json.loads(x) for x in (tmp_path / "tta-quick" / "tiny" / "timing.jsonl").read_text().splitlines()]
+    pipe = next(t for t in timing if t["mode"] == "pipeline")
+    graph = next(t for t in timing if t["mode"] == "graph")
+    assert pipe["exact_every"] == 2 and pipe["exact_epoch_s"] > 0 and "exact_epoch_s" not in graph
+    assert "exact every 2" in md
 
 
 @pytest.mark.netns

@@ -93,6 +93,49 @@ def epochs_to(curve: Mapping[str, Any], target: float) -> int | None:
     return None
 
 
+def exact_every_of(args: Sequence[str]) -> int:
+    """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
+    args = list(args)
+    for i, a in enumerate(args):
+        if a == "--exact-every" and i + 1 < len(args):
+            return int(args[i + 1])
+        if a.startswith("--exact-every="):
+            return int(a.split("=", 1)[1])
+    return 0
+
+
+def epoch_times(metrics: Sequence[Mapping[str, Any]], exact_every: int) -> dict[str, float]:
+    """Median epoch time of a run's records, the first epoch left out where the kind has
+    others: ``epoch_s`` over its stale epochs and, with ``exact_every``, ``exact_epoch_s``
+    over its exact ones (epochs ``e % exact_every == 0``), which cost more (the stages take
+    turns). A kind the run never trained (a curve stopped at its target early) takes the
+    other's time."""
+    def median(kind_exact: bool) -> float | None:
+        for eps in (metrics[1:], metrics):  # the first epoch only where it is the kind's one
+            ts = [float(r["epoch_time_s"]) for r in eps
+                  if (bool(exact_every) and r["epoch"] % exact_every == 0) == kind_exact]
+            if ts:
+                return statistics.median(ts)
+        return None
+
+    if not metrics:
+        raise GnnpipeError("the run wrote no epochs to metrics.jsonl")
+    stale, exact = median(False), median(True)
+    out = {"epoch_s": stale if stale is not None else exact}
+    if exact_every:
+        out["exact_epoch_s"] = exact if exact is not None else stale
+    return out
+
+
+def seconds_to(epochs: int, epoch_s: float, exact_epoch_s: float | None = None, exact_every: int = 0) -> float:
+    """Wall time of the first ``epochs`` epochs: ``epoch_s`` each, ``exact_epoch_s`` for the
+    exact ones of ``exact_every``."""
+    if not exact_every or exact_epoch_s is None:
+        return epochs * epoch_s
+    n_exact = (epochs + exact_every - 1) // exact_every  # epochs 0, N, 2N, ... below ``epochs``
+    return n_exact * exact_epoch_s + (epochs - n_exact) * epoch_s
+
+
 def mean_sd(xs: Sequence[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
@@ -108,6 +151,7 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
     """
     target = target_of([c for c in curves if c["mode"] == "graph" and c["wire"] == "float32"])
     epoch_s = {(t["mode"], t["wire"], t["rate"]): t["epoch_s"] for t in timing if "epoch_s" in t}
+    exact_s = {(t["mode"], t["wire"], t["rate"]): t["exact_epoch_s"] for t in timing if "exact_epoch_s" in t}
     # a (mode, wire) is reported at the links it was timed at (failed timings included): the
     # planner's wire of one link is not run at the others
     timed = {(t["mode"], t["wire"], t["rate"]) for t in timing}
@@ -115,6 +159,7 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
     for mode, wire in sorted({(c["mode"], c["wire"]) for c in curves}, key=lambda k: (MODES.index(k[0]), k[1])):
         runs = sorted((c for c in curves if (c["mode"], c["wire"]) == (mode, wire)), key=lambda c: c["seed"])
         to = [epochs_to(c, target) for c in runs]
+        every = exact_every_of(runs[0].get("args", ()))
         hit = [e for e in to if e is not None]
         summed = [sum(c["epoch_time_s"][: e]) for c, e in zip(runs, to) if e is not None]
         for rate in rates:
@@ -123,10 +168,13 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
             row = {"mode": mode, "wire": wire, "rate": rate, "seeds": len(runs), "reached": len(hit),
                    "target_val": target, "epochs_to_target": to,
                    "best_val": [max(c["val"]) for c in runs], "epoch_s": epoch_s.get((mode, wire, rate))}
+            if every:
+                row["exact_every"], row["exact_epoch_s"] = every, exact_s.get((mode, wire, rate))
             if hit:
                 row["epochs_mean"], row["epochs_sd"] = mean_sd(hit)
-                if row["epoch_s"] is not None:
-                    row["tta_s"], row["tta_sd"] = mean_sd([e * row["epoch_s"] for e in hit])
+                if row["epoch_s"] is not None and (not every or row["exact_epoch_s"] is not None):
+                    row["tta_s"], row["tta_sd"] = mean_sd([seconds_to(e, row["epoch_s"], row.get("exact_epoch_s"), every)
+                                                           for e in hit])
                 if rate in ("unshaped", "local") and summed:  # the rate the curves ran at
                     row["summed_s"] = statistics.mean(summed)
             rows.append(row)
@@ -149,8 +197,11 @@ def table(rows: Sequence[Mapping[str, Any]], target: float) -> str:
             eps, tta = "not reached", f"not reached (best val {best})"
         if r["reached"] and r["reached"] < r["seeds"]:
             tta += f" ({r['seeds'] - r['reached']} seed(s) never reached it)"
-        out.append([r["mode"], r["wire"], r["rate"], f"{r['reached']}/{r['seeds']}", eps,
-                     "–" if r["epoch_s"] is None else f"{r['epoch_s']:.3f}", tta,
+        ep = "–" if r["epoch_s"] is None else f"{r['epoch_s']:.3f}"
+        if r.get("exact_every"):
+            ex = "–" if r.get("exact_epoch_s") is None else f"{r['exact_epoch_s']:.3f}"
+            ep += f" (exact every {r['exact_every']}: {ex})"
+        out.append([r["mode"], r["wire"], r["rate"], f"{r['reached']}/{r['seeds']}", eps, ep, tta,
                      f"{r['speedup']:.2f}×" if "speedup" in r else "–",
                      f"{r['summed_s']:.1f}" if "summed_s" in r else "–"])
     return (f"Target: validation accuracy {100 * target:.2f} % (exact graph parallelism's best, mean over "
@@ -181,7 +232,7 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
                 for e, v in zip(c["epochs"], c["val"]):
                     points.setdefault(e, []).append(100 * v)
             xs = sorted(points)
-            t = [(e + 1) * epoch_s for e in xs]
+            t = [seconds_to(e + 1, epoch_s, r.get("exact_epoch_s"), r.get("exact_every", 0)) for e in xs]
             style = WIRE_STYLE.get(r["wire"], "o-")
             color = MODE_COLORS.get(r["mode"], "k")
             (h,) = ax.plot(t, [statistics.mean(points[e]) for e in xs], style, color=color, ms=3, lw=1.4)
@@ -333,12 +384,16 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
                 args = [*base, "--eval-every", "1000000", "--seed", "0", *mode_flags(mode, WORLD),
                         *(["--wire", w] if w != "float32" else []),
                         *(train_flags if (mode, w) != ("graph", "float32") else [])]
-                args[args.index("--epochs") + 1] = str(timing_epochs)
+                every = exact_every_of(args)
+                # with exact epochs: two of each kind after the first epoch, whatever --timing-epochs says
+                args[args.index("--epochs") + 1] = str(max(timing_epochs, 2 * every + 1) if every else timing_epochs)
                 run_dir = d / "timing" / f"{mode}-{w}-{rate}"
                 before = machine_load()
                 try:
                     _train(args, run_dir, False, rate, timeout_s)
-                    rec = {"mode": mode, "wire": w, "rate": rate, **epoch_summary(C.read_metrics(run_dir)),
+                    metrics = C.read_metrics(run_dir)
+                    rec = {"mode": mode, "wire": w, "rate": rate, **epoch_summary(metrics),
+                           **epoch_times(metrics, every), "exact_every": every,
                            "load1_before": before["load1"], "load1_after": machine_load()["load1"],
                            "cores": before["cores"]}
                 except GnnpipeError as e:
@@ -348,8 +403,10 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
     else:
         for c in _read_jsonl(curves_f):  # --local: the curve runs' own epochs are the timing
             if (c["mode"], c["wire"], "local") not in timed:
-                _append(timing_f, {"mode": c["mode"], "wire": c["wire"], "rate": "local",
-                                   "epoch_s": statistics.median(c["epoch_time_s"][1:] or c["epoch_time_s"])})
+                every = exact_every_of(c.get("args", ()))
+                recs = [{"epoch": e, "epoch_time_s": t} for e, t in enumerate(c["epoch_time_s"])]
+                _append(timing_f, {"mode": c["mode"], "wire": c["wire"], "rate": "local", "exact_every": every,
+                                   **epoch_times(recs, every)})
                 timed.add((c["mode"], c["wire"], "local"))
     return report(d, rates)
 

@@ -24,7 +24,7 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import GNN, USER_MODEL, ModelConfig, build_model
-from gnnpipe.parallel.chunks import build_chunks
+from gnnpipe.parallel.chunks import build_chunk, build_chunks
 from gnnpipe.parallel.executor import Executor, StaleOptions
 from gnnpipe.parallel.features import gather_feature_rows
 from gnnpipe.parallel.graph import GraphParallelExecutor
@@ -164,16 +164,28 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
     host_chunks = chunks_all[way * C : (way + 1) * C]  # (the ids, read on the host)
     x, x_rows = first_stage_features(features, plan, host_chunks, whole=D == 1) if a == 0 else (None, None)
+    if x is not None and not sp.issparse(x):
+        x = torch.from_numpy(x).to(device)  # (one copy, shared by the exact stage below)
     stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
                           rg.labels, None, masks, num_train, is_last, opts, seed,
                           multilabel=graph.multilabel, carry_out_keys=out_keys, source=source,
                           hist_dtype=getattr(torch, history_dtype), x_rows=x_rows, device=device)
+    exact_stage = None
+    if opts.exact_every:  # stage.py rule 8: the same units over one chunk, writing this history
+        if D > 1:
+            raise GnnpipeError("internal: exact_every is built for one way (pipeline mode)")
+        whole = build_chunk(rg.indptr, rg.indices, deg, 0, rg.num_nodes, 0, plan.perm).to(device)
+        exact_stage = PipelineStage(units[a:b], a, [whole], rg.num_nodes, x,
+                                    rg.labels, None, masks, num_train, is_last, StaleOptions.resolve(True), seed,
+                                    multilabel=graph.multilabel, carry_out_keys=out_keys,
+                                    source=LocalHistory([whole]), x_rows=x_rows, device=device,
+                                    history=stage.history)
     for u in units[a:b]:
         u.to(device)  # (before the optimizer is built over the parameters)
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = optimizer(params) if params else _NoOpt()
     ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, seed,
-                          cross=cross, world=comm, dims=dims, wire=wire)
+                          cross=cross, world=comm, dims=dims, wire=wire, exact_stage=exact_stage)
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
     return ex

@@ -73,13 +73,21 @@ class StaleOptions:
     grad_scale: float = 2.0
     snapshot_period: int = 0
     refresh_epochs: int = 0
+    exact_every: int = 0
 
     @classmethod
     def resolve(cls, exact: bool, shuffle: bool = True, grad_fix: bool = True,
-                snapshot_period: int = 0, grad_scale: float = 2.0, refresh_epochs: int = 0) -> "StaleOptions":
-        """The options a run uses: in exact mode no gradient fix, no snapshot, no refresh."""
+                snapshot_period: int = 0, grad_scale: float = 2.0, refresh_epochs: int = 0,
+                exact_every: int = 0) -> "StaleOptions":
+        """The options a run uses: in exact mode no gradient fix, no snapshot, no refresh,
+        no exact epochs (every epoch is)."""
         return cls(exact=exact, shuffle=shuffle, grad_fix=grad_fix and not exact, grad_scale=grad_scale,
-                   snapshot_period=0 if exact else snapshot_period, refresh_epochs=0 if exact else refresh_epochs)
+                   snapshot_period=0 if exact else snapshot_period, refresh_epochs=0 if exact else refresh_epochs,
+                   exact_every=0 if exact else exact_every)
+
+    def exact_epoch(self, epoch: int) -> bool:
+        """Whether epoch ``epoch`` of a stale run is one of ``exact_every``'s exact epochs."""
+        return bool(self.exact_every) and epoch % self.exact_every == 0
 
 
 OutputHook = Callable[[torch.Tensor], None]

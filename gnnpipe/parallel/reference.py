@@ -6,7 +6,8 @@ whose sources are *all* N nodes; the history of every aggregating unit is a full
 matrix; cross-chunk gradients are read off the gradient of that whole matrix. The rules are
 the ones the pipeline module documents (chunk order, history, cross-chunk gradients scaled by
 ``grad_scale`` when fresh and dropped when stale, snapshots, the history refresh of the first
-``refresh_epochs`` epochs). Because every rule is local to
+``refresh_epochs`` epochs, the exact epochs of ``exact_every``: one chunk of all N nodes,
+whose rows are written into the history as any chunk's). Because every rule is local to
 one unit, the result does not depend on how units are split into stages: the distributed
 runtime with any number of stages must reproduce it.
 
@@ -84,6 +85,7 @@ class StaleReference:
         orig = np.arange(graph.num_nodes) if orig is None else orig
         self.blocks = [_rows_block(graph.indptr, graph.indices, deg, self.cp[k], self.cp[k + 1], orig)
                        for k in range(self.C)]
+        self.whole = _rows_block(graph.indptr, graph.indices, deg, 0, graph.num_nodes, orig)
         self.x = _dense(graph.features)
         self.y = torch.as_tensor(np.asarray(graph.labels))
         self.train = torch.as_tensor(np.asarray(graph.train_mask, dtype=bool))
@@ -125,6 +127,10 @@ class StaleReference:
         o = self.opts
         D = self.ways
         C = self.C // D
+        cp, blocks = self.cp, self.blocks
+        grad_fix, exact = o.grad_fix, bool(o.exact_every) and epoch % o.exact_every == 0
+        if exact:  # one chunk of every node: nothing read from the history, no cross-chunk gradient
+            D, C, cp, blocks, grad_fix = 1, 1, [0, self.g.num_nodes], [self.whole], False
         order = chunk_order(C, epoch, self.seed, o.shuffle)
         if self.snap is not None:
             for i in self.H:
@@ -132,35 +138,35 @@ class StaleReference:
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         ctx = RunCtx(training=True, epoch=epoch, seed=self.seed)
-        if epoch < o.refresh_epochs:
+        if epoch < o.refresh_epochs and not exact:
             self._refresh(ctx)
         saved = {}
         for k in order:
             slot = [w * C + k for w in range(D)]
-            hs = {c: self.x[self.cp[c] : self.cp[c + 1]] for c in slot}
+            hs = {c: self.x[cp[c] : cp[c + 1]] for c in slot}
             carries: dict = {c: {} for c in slot}
             inputs: dict = {c: [] for c in slot}
             leaves: dict = {c: [] for c in slot}
             for i, u in enumerate(self.model.units):
                 if u.aggregates and i > 0:
                     for c in slot:
-                        self.H[i][self.cp[c] : self.cp[c + 1]] = hs[c].detach()
+                        self.H[i][cp[c] : cp[c + 1]] = hs[c].detach()
                 for c in slot:
-                    lo, hi = self.cp[c], self.cp[c + 1]
+                    lo, hi = cp[c], cp[c + 1]
                     h = hs[c]
                     if not u.aggregates:
-                        hs[c], carries[c] = u(h, carries[c], ctx, block=self.blocks[c])
+                        hs[c], carries[c] = u(h, carries[c], ctx, block=blocks[c])
                         continue
                     if i == 0:
                         h_src = self.x
                     else:
-                        full = self.H[i].clone().requires_grad_(o.grad_fix)
+                        full = self.H[i].clone().requires_grad_(grad_fix)
                         h_src = torch.cat([full[:lo], h, full[hi:]], dim=0)
                         leaves[c].append((i, full))
                         inputs[c].append((i, h))
-                    hs[c], carries[c] = u(h, carries[c], ctx, block=self.blocks[c], h_src=h_src)
+                    hs[c], carries[c] = u(h, carries[c], ctx, block=blocks[c], h_src=h_src)
             for c in slot:
-                lo, hi = self.cp[c], self.cp[c + 1]
+                lo, hi = cp[c], cp[c + 1]
                 loss = loss_fn(hs[c], self.y[lo:hi], self.train[lo:hi], normalizer=self.num_train)
                 saved[c] = (loss, inputs[c], leaves[c])
         total = 0.0
@@ -168,15 +174,15 @@ class StaleReference:
             slot = [w * C + k for w in range(D)]
             produced = []
             for c in slot:
-                lo, hi = self.cp[c], self.cp[c + 1]
+                lo, hi = cp[c], cp[c + 1]
                 loss, inputs, leaves = saved.pop(c)
                 ts, gs = [loss], [torch.ones_like(loss)]
-                if o.grad_fix:
+                if grad_fix:
                     for i, h in inputs:
                         ts.append(h)
                         gs.append(self.G[i][lo:hi] * o.grad_scale)
                 torch.autograd.backward(ts, gs)
-                if o.grad_fix:
+                if grad_fix:
                     for i, full in leaves:
                         g = full.grad.clone()
                         g[lo:hi] = 0.0  # in-chunk rows already flowed through autograd

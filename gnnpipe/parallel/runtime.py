@@ -48,11 +48,17 @@ class PipelineExecutor(Executor):
         optimizer: over this stage's parameters.
         carry_in_keys / carry_dims: what arrives with each chunk from the previous stage.
         wire: the wire format of training chunk messages (float32 by default).
+        exact_stage: with ``opts.exact_every``, the stage of the exact epochs (the same units
+            over one chunk spanning the whole graph, writing ``stage``'s history).
     """
 
     def __init__(self, comm, stage: PipelineStage, params, optimizer, num_stages: int,
                  carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int,
-                 cross=None, world=None, dims: ParallelDims | None = None, wire: Wire = FLOAT32) -> None:
+                 cross=None, world=None, dims: ParallelDims | None = None, wire: Wire = FLOAT32,
+                 exact_stage: PipelineStage | None = None) -> None:
+        if opts.exact_every and exact_stage is None:
+            raise GnnpipeError("internal: exact_every without the stage of the exact epochs")
+        self.exact_stage = exact_stage
         self.comm = comm
         self.cross = cross
         self.world = world if world is not None else comm
@@ -96,11 +102,11 @@ class PipelineExecutor(Executor):
         unit = self.stage.first_unit if backward else self.stage.first_unit + len(self.stage.units)
         return message_site(KIND_PIPE, unit, backward)
 
-    def _encode(self, msg: torch.Tensor, k: int, epoch: int, backward: bool) -> torch.Tensor:
-        """A packed training message of chunk ``k`` on the wire (float32: unchanged)."""
+    def _encode(self, msg: torch.Tensor, st: PipelineStage, k: int, epoch: int, backward: bool) -> torch.Tensor:
+        """A packed training message of ``st``'s chunk ``k`` on the wire (float32: unchanged)."""
         if not self.wire.lossy:
             return msg
-        return self.wire.encode(msg, epoch=epoch, site=self._site(backward), gid=self.stage.chunks[k].block.dst_gid)
+        return self.wire.encode(msg, epoch=epoch, site=self._site(backward), gid=st.chunks[k].block.dst_gid)
 
     def _recv_buffer(self, n: int, width: int) -> torch.Tensor:
         if not self.wire.lossy:
@@ -114,21 +120,24 @@ class PipelineExecutor(Executor):
         :func:`gnnpipe.schedule.lower`: ``RECV_*`` waits for a receive that was posted at the
         start of the epoch (so transfers overlap compute), ``SEND_*`` posts a non-blocking
         send that is waited for only at the end of the epoch, ``F``/``B`` compute, ``OPT``
-        steps the optimizer.
+        steps the optimizer. An exact epoch (``StaleOptions.exact_every``) runs the exact
+        stage: one chunk.
         """
-        st = self.stage
+        exact_epoch = self.opts.exact_epoch(epoch)
+        st = self.exact_stage if exact_epoch else self.stage
+        C = len(st.chunks)
         comm = self.comm
         t_start = time.perf_counter()
         wait0 = wait_seconds(comm)
-        order = chunk_order(self.C, epoch, self.seed, self.opts.shuffle and not self.opts.exact)
+        order = chunk_order(C, epoch, self.seed, self.opts.shuffle and not self.opts.exact)
         schedule = lower(gnnpipe_schedule(self.S, order), self.S)
         # Every stage checks the whole epoch's schedule it is about to run (counts, pairing,
         # same order on every stage, no deadlock in simulation): milliseconds, and a wrong
         # list would otherwise hang or silently mix chunks.
-        validate(schedule, self.S, self.C)
+        validate(schedule, self.S, C)
         actions = schedule[self.s]
         st.begin_epoch(epoch)
-        if epoch < self.opts.refresh_epochs:
+        if epoch < self.opts.refresh_epochs and not exact_epoch:
             self._refresh(epoch)  # every stage, in stage order: before any chunk message of the epoch
         for p in self.params:
             p.grad = None
@@ -197,7 +206,7 @@ class PipelineExecutor(Executor):
                 if st.is_last:
                     counts += st.train_counts(k, out)
                 else:
-                    outbox[("F", k)] = self._encode(self._pack(out, cout, out_keys), k, epoch, False)
+                    outbox[("F", k)] = self._encode(self._pack(out, cout, out_keys), st, k, epoch, False)
                     spent["encode"] += clock() - t1
             elif a.kind == ActionKind.B:
                 t0 = clock()
@@ -208,7 +217,7 @@ class PipelineExecutor(Executor):
                 t1 = clock()
                 spent["backward"] += t1 - t0
                 if self.s > 0:
-                    outbox[("B", k)] = self._encode(self._pack(g_in, g_cin, in_keys), k, epoch, True)
+                    outbox[("B", k)] = self._encode(self._pack(g_in, g_cin, in_keys), st, k, epoch, True)
                     spent["encode"] += clock() - t1
             elif a.kind == ActionKind.SEND_F:
                 sends.append(comm.isend(outbox.pop(("F", k)), a.peer, tag=2 * k, category="pipe_act"))

@@ -50,6 +50,15 @@ independent one-process implementation of the same rules, used as the tests' ora
    old (or the snapshot's) otherwise; its gradient counts if produced at an earlier
    backward slot than its chunk's. How the rows and gradients travel (each boundary row
    once per unit and epoch in each direction) is :class:`gnnpipe.parallel.halo.WayLink`'s.
+8. **Exact epochs** (``exact_every`` N; 0 = off; pipeline mode). Epochs ``e`` with
+   ``e % N == 0`` run as exact mode does (rule 6: one chunk spanning the whole graph, run
+   by a second stage over the same units), with two differences: the epoch still passes
+   through rule 4's phases, and at each aggregating unit with history the whole graph's
+   input rows are written into ``H_u`` (the stale epochs after it read them, as they read
+   a stale epoch's rows). Exact epochs take no refresh (rule 5): their forward is exact.
+   Every other epoch follows rules 1–5. Measured (docs/convergence-notes.md): the stale
+   backward's gradient is biased in a way no rule that keeps it chunked removed; an exact
+   step every N epochs pulls the weights back towards exact training's path.
 
 Weight gradients accumulate over the chunks; each stage steps its optimizer once per epoch.
 """
@@ -284,6 +293,9 @@ class PipelineStage:
             (reads upcast to float32, writes round).
         device: where the stage computes: its labels, masks, features and every buffer are
             made there (the chunks, the units and the source are placed by the builder).
+        history: another stage's :class:`History` to write (rule 8: the exact stage of
+            ``exact_every`` writes the stale stage's history; it reads none, its one chunk
+            having no neighbour outside it); by default the stage allocates its own.
 
     The history buffers of every aggregating unit whose input is trained (``H``, ``G``,
     ``S`` and, with a source that has remote rows, ``R``, ``GR``, ``RS``) and their epoch
@@ -295,7 +307,7 @@ class PipelineStage:
                  opts: StaleOptions, seed: int, multilabel: bool = False,
                  carry_out_keys: tuple = (), source: NeighbourSource | None = None,
                  hist_dtype: torch.dtype = torch.float32, x_rows: np.ndarray | None = None,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", history: History | None = None) -> None:
         self.device = dev = torch.device(device)
         self.units = list(units)
         self.source = source if source is not None else LocalHistory(chunks)
@@ -330,8 +342,8 @@ class PipelineStage:
         keeps_history = not self.source.fresh and (has_nbrs or self.source.collective)
         dims = {pos: u.in_dim for pos, u in enumerate(self.units)
                 if u.aggregates and not (first_unit == 0 and pos == 0) and keeps_history}
-        self.history = History(dims, self.rows, self.source.halo_rows, opts.grad_fix, opts.snapshot_period,
-                               hist_dtype, dev)
+        self.history = history if history is not None else History(
+            dims, self.rows, self.source.halo_rows, opts.grad_fix, opts.snapshot_period, hist_dtype, dev)
         self.x_dst: list = []
         self.x_src: list = []
         # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
@@ -499,13 +511,15 @@ class PipelineStage:
                         self.source.push(hist, rbuf, k, epoch=self.epoch, unit=self.first_unit + pos)
                     make = lambda hist=hist, rbuf=rbuf: self.source.read(hist, rbuf, k)  # noqa: E731
                     t0 = time.perf_counter()
-                    if training and self.opts.grad_fix and m:
+                    if not m and rbuf is None:  # (rule 8's exact stage: it only writes the history)
+                        h_src = h
+                    elif training and self.opts.grad_fix and m:
                         sink = _GradSink()
                         nbr = _Sunk.apply(sink.anchor, None, make, sink)
                         st.nbr_leaves.append((pos, sink))
+                        h_src = torch.cat([h, nbr], dim=0)
                     else:
-                        nbr = make()
-                    h_src = torch.cat([h, nbr], dim=0)
+                        h_src = torch.cat([h, make()], dim=0)
                     self.gather_s += time.perf_counter() - t0
                 h, carry = u(h, carry, ctx, block=ch.block, h_src=h_src)
             else:
