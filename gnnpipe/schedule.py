@@ -1,4 +1,4 @@
-"""The pipeline schedule as data: actions, generators, lowering, validation, simulation.
+"""The pipeline schedule as data: actions, the generator, lowering, validation, simulation.
 
 Over 600 lines on purpose: one cohesive algebra over :class:`Action` (the validator runs the
 simulator, every error prints the grid), with no I/O; its numbered layers below are the seams.
@@ -11,14 +11,14 @@ validated and simulated in a unit test.
 The layers of the design (after ``torch.distributed.pipelining``'s ``_Action`` /
 ``_add_send_recv`` / ``_PipelineScheduleRuntime``):
 
-1. **Compute schedules** (:func:`gnnpipe_schedule`, :func:`one_f_one_b_schedule`,
-   :func:`exact_schedule`) say in which order each stage runs ``F`` (forward of its layer
+1. **Compute schedule** (:func:`gnnpipe_schedule`, the only generator: the pipeline runtime
+   runs nothing else) says in which order each stage runs ``F`` (forward of its layer
    block on one chunk), ``B`` (backward) and ``OPT`` (the optimizer step, once per epoch).
 2. **Lowering** (:func:`lower`) inserts the point-to-point actions ``SEND_F``/``RECV_F``
    (chunk activations, stage ``s`` to ``s+1``) and ``SEND_B``/``RECV_B`` (their gradients,
    stage ``s+1`` to ``s``).
 3. **Validation** (:func:`validate`) checks counts, per-stage order, the pairing of sends
-   and receives, exact-mode dependencies, and runs the simulator to rule out deadlocks.
+   and receives, and runs the simulator to rule out deadlocks.
 4. **Simulation** (:func:`simulate`) replays a lowered schedule with per-action costs and
    reports the makespan, busy/idle time per stage and the bubble fraction.
 5. **Printing** (:func:`render_grid`): a time-step x stage text grid; every
@@ -37,7 +37,9 @@ Communication model (what the runtime must honour for the simulation to be faith
 * Messages between the same two stages in the same direction travel in posting order over
   one full-duplex link, each occupying it for ``comm_time``.
 
-Historical-embedding semantics of the compute orders are documented on each generator.
+The historical-embedding semantics of the compute order are documented on
+:func:`gnnpipe_schedule`. A new schedule needs a generator here *and* a runtime that honours
+its semantics: the pipeline stage refuses a forward after its backward phase began.
 """
 
 from __future__ import annotations
@@ -62,10 +64,8 @@ __all__ = [
     "SimResult",
     "TimelineEntry",
     "chunk_order",
-    "exact_schedule",
     "gnnpipe_schedule",
     "lower",
-    "one_f_one_b_schedule",
     "render_grid",
     "simulate",
     "validate",
@@ -83,16 +83,14 @@ class ScheduleError(GnnpipeError):
 class ActionKind(str, enum.Enum):
     """What a stage does in one action.
 
-    ``F``/``B`` run the stage's layer block forward/backward on one chunk; ``W`` is an
-    optional separate weight-gradient step (zero-bubble style; none of our generators emit
-    it); ``OPT`` is the stage's optimizer step at the end of the epoch (no chunk).
+    ``F``/``B`` run the stage's layer block forward/backward on one chunk; ``OPT`` is the
+    stage's optimizer step at the end of the epoch (no chunk).
     ``SEND_F``/``RECV_F`` move a chunk's activations from stage ``s`` to ``s+1``;
     ``SEND_B``/``RECV_B`` move their gradients from stage ``s+1`` back to ``s``.
     """
 
     F = "F"
     B = "B"
-    W = "W"
     OPT = "OPT"
     SEND_F = "SEND_F"
     RECV_F = "RECV_F"
@@ -121,7 +119,7 @@ _PEER_OFFSET = {
 }
 # Longest names first so that "SEND_F" is not read as "S" + ... and "OPT" before "F".
 _ACTION_RE = re.compile(
-    r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|OPT|F|B|W)(\d+)?(?:@(\d+))?$"
+    r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|OPT|F|B)(\d+)?(?:@(\d+))?$"
 )
 
 
@@ -229,7 +227,7 @@ Schedule = dict[int, list[Action]]
 Cost = Union[float, int, Fraction, Callable[[Action], Union[float, int, Fraction]]]
 
 
-# --------------------------------------------------------------------------- generators
+# --------------------------------------------------------------------------- generator
 
 
 def chunk_order(C: int, epoch: int, seed: int, shuffle: bool = True) -> list[int]:
@@ -286,78 +284,6 @@ def gnnpipe_schedule(S: int, order: Sequence[int], optimizer_step: bool = True) 
     return schedule
 
 
-def one_f_one_b_schedule(
-    S: int, order: Sequence[int], optimizer_step: bool = True
-) -> Schedule:
-    """1F1B: ``S-1-s`` warm-up forwards on stage ``s``, then alternate F and B, then drain.
-
-    Backwards run in the *same* order as forwards (the oldest chunk in flight first),
-    which bounds the chunks in flight on stage ``s`` to ``S-s`` instead of ``C`` (less
-    autograd state held), at the same makespan ``2·(C+S-1)`` for unit costs.
-
-    Semantics with historical embeddings. The forward side is unchanged: the same chunk
-    order on every stage, weights fixed until ``OPT``, so each chunk aggregates exactly the
-    same fresh and historical rows as under :func:`gnnpipe_schedule`; and the backward of a
-    chunk needs nothing from later forwards of the epoch (only its own saved activations).
-    What changes is the cross-chunk gradient: chunk ``c``'s backward produces gradients for
-    the rows of chunks forwarded *earlier* (its fresh neighbours), but under 1F1B those
-    chunks have already run their backward, so the gradients arrive too late. The runtime
-    must therefore treat *every* cross-chunk gradient as stale (drop it): only the
-    within-chunk gradient reaches the weights. This schedule is thus valid exactly when the
-    gradient handling drops cross-chunk gradients; with GNNPipe's fix (keep and scale the
-    fresh ones) use :func:`gnnpipe_schedule`.
-
-    Args:
-        S (int): Number of stages (>= 1).
-        order (Sequence[int]): The epoch's chunk order, a permutation of ``range(C)``.
-        optimizer_step (bool): Append one ``OPT`` per stage at the end.
-
-    Returns:
-        Schedule: Compute actions only, per stage.
-    """
-    order = _check_order(S, order)
-    C = len(order)
-    schedule: Schedule = {}
-    for s in range(S):
-        warmup = min(S - 1 - s, C)
-        actions = [Action(s, ActionKind.F, c) for c in order[:warmup]]
-        f, b = warmup, 0
-        while f < C:
-            actions.append(Action(s, ActionKind.F, order[f]))
-            actions.append(Action(s, ActionKind.B, order[b]))
-            f, b = f + 1, b + 1
-        actions += [Action(s, ActionKind.B, c) for c in order[b:]]
-        schedule[s] = actions + _opt(s, optimizer_step)
-    return schedule
-
-
-def exact_schedule(S: int, order: Sequence[int], optimizer_step: bool = True) -> Schedule:
-    """The compute order of exact mode (no stale embedding anywhere).
-
-    Dependency model. Every aggregation of chunk ``c`` reads neighbour rows of *all* chunks;
-    for them to be current-epoch values, the layer before must have finished on every
-    chunk. Across stages this means: stage ``s`` may start its first ``F`` only after stage
-    ``s-1`` has sent the activations of *all* chunks, and may send any output only after its
-    last ``F`` (inside the stage the runtime runs layer-major over all chunks, so no chunk's
-    output is final earlier). Backward mirrors it: stage ``s`` starts ``B`` only after all
-    output gradients arrived from ``s+1``, and sends input gradients after its last ``B``.
-    The per-stage compute order is therefore all ``F`` then all ``B`` (same lists as
-    :func:`gnnpipe_schedule`); the difference is in :func:`lower` with ``exact=True``,
-    which receives everything before the block and sends everything after it. Stages
-    cannot overlap, so with unit costs the epoch takes ``2·S·C`` steps and the bubble
-    fraction is ``(S-1)/S``.
-
-    Args:
-        S (int): Number of stages (>= 1).
-        order (Sequence[int]): The epoch's chunk order, a permutation of ``range(C)``.
-        optimizer_step (bool): Append one ``OPT`` per stage at the end.
-
-    Returns:
-        Schedule: Compute actions only; lower with ``lower(..., exact=True)``.
-    """
-    return gnnpipe_schedule(S, order, optimizer_step)
-
-
 def _opt(stage: int, optimizer_step: bool) -> list[Action]:
     return [Action(stage, ActionKind.OPT)] if optimizer_step else []
 
@@ -381,26 +307,19 @@ def _check_order(S: int, order: Sequence[int]) -> list[int]:
 # --------------------------------------------------------------------------- lowering
 
 
-def lower(
-    compute_schedule: Mapping[int, Sequence[Action]], S: int, *, exact: bool = False
-) -> Schedule:
+def lower(compute_schedule: Mapping[int, Sequence[Action]], S: int) -> Schedule:
     """Insert the sends and receives between stages into a compute-only schedule.
 
-    Stale (default) mode, per compute action on stage ``s``:
+    Per compute action on stage ``s``:
     ``RECV_F c`` right before ``F c`` (``s > 0``), ``SEND_F c`` right after it
     (``s < S-1``); ``RECV_B c`` right before ``B c`` (``s < S-1``), ``SEND_B c`` right after
     it (``s > 0``). Sends are non-blocking, so a send overlaps the next compute; each
     receive sits just before the compute that needs it (see the module docstring for
     pre-posting).
 
-    Exact mode (``exact=True``): all ``RECV_F`` (in the stage's forward order) before the
-    first ``F``, all ``SEND_F`` after the last ``F``, and the same for ``B``; requires each
-    stage's ``F`` and ``B`` actions to be contiguous blocks (see :func:`exact_schedule`).
-
     Args:
         compute_schedule (Mapping[int, Sequence[Action]]): Compute actions per stage.
         S (int): Number of stages.
-        exact (bool): Use the exact-mode dependency model.
 
     Returns:
         Schedule: The lowered schedule, ``{stage: [actions]}``, a new dict of new lists.
@@ -416,10 +335,7 @@ def lower(
                 f"lower: stage {s} already has communication actions (e.g. {comm[0]}); "
                 f"lower a compute-only schedule\n" + render_grid(compute_schedule, mark=comm)
             )
-        if exact:
-            lowered[s] = _lower_exact_stage(s, S, actions, compute_schedule)
-        else:
-            lowered[s] = _lower_stale_stage(s, S, actions)
+        lowered[s] = _lower_stage(s, S, actions)
     return lowered
 
 
@@ -427,7 +343,7 @@ def _comm(stage: int, kind: ActionKind, chunk: int) -> Action:
     return Action(stage, kind, chunk)
 
 
-def _lower_stale_stage(s: int, S: int, actions: list[Action]) -> list[Action]:
+def _lower_stage(s: int, S: int, actions: list[Action]) -> list[Action]:
     out: list[Action] = []
     for a in actions:
         if a.kind is ActionKind.F:
@@ -447,46 +363,6 @@ def _lower_stale_stage(s: int, S: int, actions: list[Action]) -> list[Action]:
     return out
 
 
-def _lower_exact_stage(
-    s: int, S: int, actions: list[Action], whole: Mapping[int, Sequence[Action]]
-) -> list[Action]:
-    # (compute kind, receive kind, send kind, stage receives?, stage sends?)
-    plan = {
-        ActionKind.F: (ActionKind.RECV_F, ActionKind.SEND_F, s > 0, s < S - 1),
-        ActionKind.B: (ActionKind.RECV_B, ActionKind.SEND_B, s < S - 1, s > 0),
-    }
-    for kind in plan:
-        positions = [i for i, a in enumerate(actions) if a.kind is kind]
-        if positions and positions[-1] - positions[0] + 1 != len(positions):
-            gap = next(actions[i] for i in range(positions[0], positions[-1])
-                       if actions[i].kind is not kind)
-            raise ScheduleError(
-                f"lower(exact=True): stage {s}'s {kind.value} actions must be one "
-                f"contiguous block (exact mode runs the block layer-major over all chunks), "
-                f"but {gap} interrupts it\n" + render_grid(whole, mark=[gap])
-            )
-    out: list[Action] = []
-    i = 0
-    while i < len(actions):
-        a = actions[i]
-        if a.kind not in plan:
-            out.append(a)
-            i += 1
-            continue
-        j = i
-        while j < len(actions) and actions[j].kind is a.kind:
-            j += 1
-        block = actions[i:j]
-        recv, send, has_recv, has_send = plan[a.kind]
-        if has_recv:
-            out += [_comm(s, recv, b.chunk) for b in block]
-        out += block
-        if has_send:
-            out += [_comm(s, send, b.chunk) for b in block]
-        i = j
-    return out
-
-
 def _check_stage_keys(schedule: Mapping[int, Sequence[Action]], S: int) -> None:
     if set(schedule) != set(range(S)):
         raise ScheduleError(
@@ -498,9 +374,7 @@ def _check_stage_keys(schedule: Mapping[int, Sequence[Action]], S: int) -> None:
 # --------------------------------------------------------------------------- validation
 
 
-def validate(
-    schedule: Mapping[int, Sequence[Action]], S: int, C: int, *, exact: bool = False
-) -> None:
+def validate(schedule: Mapping[int, Sequence[Action]], S: int, C: int) -> None:
     """Check a compute-only or lowered schedule; raise :class:`ScheduleError` if invalid.
 
     Checks, in order (the first failure is reported, with the grid and the culprit
@@ -508,17 +382,14 @@ def validate(
 
     * the keys are the stages ``0..S-1`` and every action sits in its own stage's list,
       with ``chunk < C`` and, for communication, the adjacent peer in the data's direction;
-    * every (stage, chunk) has exactly one ``F`` and one ``B``, ``F`` before ``B``; at most
-      one ``W``, after the ``B``; either no stage or every stage has exactly one ``OPT``,
-      after all its ``F``/``B``/``W``;
+    * every (stage, chunk) has exactly one ``F`` and one ``B``, ``F`` before ``B``; either
+      no stage or every stage has exactly one ``OPT``, after all its ``F``/``B``;
     * every stage uses the same forward order and the same backward order (the chunk
       order decides which neighbours are fresh; it must be the same on every stage for the
       pipeline to compute what the one-process reference computes);
     * lowered form (any communication action present): each stage ``s > 0`` has exactly
       one ``RECV_F c`` per chunk, before its ``F c``, matched by exactly one ``SEND_F c`` on
       ``s-1`` after its ``F c``; gradients likewise in the other direction; nothing else;
-    * ``exact=True``: on every stage all ``F`` precede all ``B``, and (lowered) all
-      receives of a direction precede the block and all sends follow it;
     * for ``S > 1``: the (lowered, if needed) schedule is simulated, which reports
       deadlocks, i.e. a stage waiting for something that is never sent or sent only after
       a wait that depends on it.
@@ -527,7 +398,6 @@ def validate(
         schedule (Mapping[int, Sequence[Action]]): Actions per stage.
         S (int): Number of stages.
         C (int): Number of chunks.
-        exact (bool): Also check the exact-mode dependencies.
     """
     _check_size("stages", S)
     _check_size("chunks", C)
@@ -577,13 +447,6 @@ def validate(
             if b_at < f_at:
                 fail(f"{acts[b_at]} comes before {acts[f_at]} on stage {s}: a chunk's "
                      f"backward needs its forward", [acts[b_at]])
-            w_at = where.get((ActionKind.W, c), [])
-            if len(w_at) > 1:
-                fail(f"stage {s} has {len(w_at)} x {acts[w_at[0]]}, expected at most one",
-                     [acts[w_at[0]]])
-            if w_at and w_at[0] < b_at:
-                fail(f"{acts[w_at[0]]} comes before {acts[b_at]}: the weight gradient "
-                     f"needs the backward", [acts[w_at[0]]])
         opts = where.get((ActionKind.OPT, None), [])
         if len(opts) > 1 or (any(has_opt) and not opts):
             fail(f"stage {s} has {len(opts)} OPT actions, expected "
@@ -592,7 +455,7 @@ def validate(
                  [acts[i] for i in opts] or acts[-1:])
         if opts:
             last_compute = max(i for i, a in enumerate(acts)
-                               if a.kind in (ActionKind.F, ActionKind.B, ActionKind.W))
+                               if a.kind in (ActionKind.F, ActionKind.B))
             if opts[0] < last_compute:
                 fail(f"{acts[opts[0]]} comes before {acts[last_compute]}: the optimizer "
                      f"steps once, after every chunk's gradient is accumulated",
@@ -612,32 +475,8 @@ def validate(
     if lowered:
         _validate_comm(schedule, S, C, index, fail)
 
-    if exact:
-        for s in range(S):
-            acts = schedule[s]
-            last_f = max(index[s][(ActionKind.F, c)][0] for c in range(C))
-            first_b = min(index[s][(ActionKind.B, c)][0] for c in range(C))
-            if first_b < last_f:
-                fail(f"exact mode: {acts[first_b]} comes before {acts[last_f]}; a stage "
-                     f"runs all forwards before any backward", [acts[first_b]])
-            if not lowered:
-                continue
-            for comp, recv, send in ((ActionKind.F, ActionKind.RECV_F, ActionKind.SEND_F),
-                                     (ActionKind.B, ActionKind.RECV_B, ActionKind.SEND_B)):
-                first = min(index[s][(comp, c)][0] for c in range(C))
-                last = max(index[s][(comp, c)][0] for c in range(C))
-                for i, a in enumerate(acts):
-                    if a.kind is recv and i > first:
-                        fail(f"exact mode: {a} comes after {acts[first]}; stage {s} needs "
-                             f"every chunk's input before its first {comp.value} (each "
-                             f"aggregation reads all chunks' current-epoch rows)", [a])
-                    if a.kind is send and i < last:
-                        fail(f"exact mode: {a} comes before {acts[last]}; no output of "
-                             f"stage {s} is final before its last {comp.value} (the block "
-                             f"runs layer-major over all chunks)", [a])
-
     if S > 1:
-        simulate(schedule if lowered else lower(schedule, S, exact=exact), S)
+        simulate(schedule if lowered else lower(schedule, S), S)
 
 
 def _validate_comm(schedule, S, C, index, fail) -> None:
@@ -740,17 +579,17 @@ def simulate(
 ) -> SimResult:
     """Replay a lowered schedule as a discrete-event simulation.
 
-    Each stage executes its list in order, one action at a time. ``F``, ``B`` and ``W``
+    Each stage executes its list in order, one action at a time. ``F`` and ``B``
     take ``compute_time`` and ``OPT`` takes ``opt_time`` (numbers, or functions of the
     action for per-stage or per-kind costs). ``SEND`` is non-blocking: it takes no stage
     time and the message occupies the link from sender to receiver for ``comm_time``
     (messages on one link go in posting order). ``RECV`` blocks until its message has
-    arrived. A compute-only schedule with ``S > 1`` is lowered (stale mode) first.
+    arrived. A compute-only schedule with ``S > 1`` is lowered first.
 
     Args:
         lowered_schedule (Mapping[int, Sequence[Action]]): Actions per stage.
         S (int): Number of stages.
-        compute_time: Cost of ``F``/``B``/``W`` (default 1).
+        compute_time: Cost of ``F``/``B`` (default 1).
         comm_time: Transfer time of one message, charged per ``SEND`` (default 0).
         opt_time: Cost of ``OPT`` (default 0, so it does not change the step count).
 

@@ -1,10 +1,9 @@
-"""Schedule tests with no communication at all: generators, lowering, validator, simulator.
+"""Schedule tests with no communication at all: generator, lowering, validator, simulator.
 
 Expected numbers come from the pipeline's analytic model, not from the implementation:
 with unit forward/backward costs and free communication a GPipe-like epoch takes
 ``2·(C+S-1)`` steps, each stage is busy ``2C`` of them, so the bubble is
-``(S-1)/(C+S-1)``; exact mode serialises the stages (``2·S·C`` steps, bubble
-``(S-1)/S``).
+``(S-1)/(C+S-1)``.
 """
 
 from __future__ import annotations
@@ -23,21 +22,14 @@ from gnnpipe.schedule import (
     ActionKind,
     ScheduleError,
     chunk_order,
-    exact_schedule,
     gnnpipe_schedule,
     lower,
-    one_f_one_b_schedule,
     render_grid,
     simulate,
     validate,
 )
 
 SIZES = [(S, C) for S in range(1, 7) for C in range(1, 10)]
-GENERATORS = {
-    "gnnpipe": (gnnpipe_schedule, False),
-    "1f1b": (one_f_one_b_schedule, False),
-    "exact": (exact_schedule, True),
-}
 K = ActionKind
 
 
@@ -63,7 +55,7 @@ def _in_flight_peak(actions) -> int:
 
 def test_action_text_round_trips_for_every_kind():
     actions = [Action(s, k, c) for s in range(4) for c in (0, 3, 17)
-               for k in (K.F, K.B, K.W, K.SEND_F, K.RECV_B)]
+               for k in (K.F, K.B, K.SEND_F, K.RECV_B)]
     actions += [Action(s, k, c) for s in range(1, 4) for c in (0, 5) for k in (K.RECV_F, K.SEND_B)]
     actions += [Action(s, K.OPT) for s in range(4)]
     actions += [Action(1, K.SEND_F, 3, peer=4), Action(2, K.RECV_B, 0, peer=0)]
@@ -84,7 +76,7 @@ def test_action_text_examples():
     assert Action(1, "F", 3).kind is K.F  # kinds may be given as text
 
 
-@pytest.mark.parametrize("text", ["", "F3", "1X3", "1F", "1OPT3x", "-1F3", "1 F 3", "1RECV_F"])
+@pytest.mark.parametrize("text", ["", "F3", "1X3", "1F", "1OPT3x", "-1F3", "1 F 3", "1RECV_F", "1W3"])
 def test_action_parse_rejects_bad_text(text):
     with pytest.raises(ScheduleError):
         Action.parse(text)
@@ -105,20 +97,21 @@ def test_action_rejects_bad_fields(kwargs, needle):
     assert issubclass(ScheduleError, GnnpipeError)
 
 
-# ----------------------------------------------------------------------------- generators
+# ----------------------------------------------------------------------------- generator
 
 
-@pytest.mark.parametrize("name", GENERATORS)
 @pytest.mark.parametrize("S, C", SIZES)
-def test_generators_are_valid_before_and_after_lowering(name, S, C):
-    gen, exact = GENERATORS[name]
+def test_gnnpipe_schedule_is_valid_before_and_after_lowering(S, C):
     order = _order(C)
-    compute = gen(S, order)
-    validate(compute, S, C, exact=exact)
-    lowered = lower(compute, S, exact=exact)
-    validate(lowered, S, C, exact=exact)
+    compute = gnnpipe_schedule(S, order)
+    validate(compute, S, C)
+    lowered = lower(compute, S)
+    validate(lowered, S, C)
     for s in range(S):
         assert [a.chunk for a in compute[s] if a.kind is K.F] == order
+        # Backward in reverse forward order, every chunk alive until the backward phase.
+        assert [a.chunk for a in compute[s] if a.kind is K.B] == order[::-1]
+        assert _in_flight_peak(compute[s]) == C
         assert compute[s][-1] == Action(s, K.OPT)
         # Lowering only adds communication: the compute order is untouched.
         assert [a for a in lowered[s] if a.kind.is_compute] == compute[s]
@@ -135,38 +128,6 @@ def test_gnnpipe_bubble_is_analytic(S, C):
     # Stage 0 runs the first forward and the last backward: it waits the whole bubble.
     assert result.wait[0] == 2 * (S - 1)
     assert all(0 <= w <= 2 * (S - 1) for w in result.wait)
-
-
-@pytest.mark.parametrize("S, C", SIZES)
-def test_one_f_one_b_no_more_steps_and_less_in_flight(S, C):
-    order = _order(C)
-    gpipe = simulate(lower(gnnpipe_schedule(S, order), S), S)
-    ofob_compute = one_f_one_b_schedule(S, order)
-    ofob = simulate(lower(ofob_compute, S), S)
-    assert ofob.makespan <= gpipe.makespan
-    assert ofob.steps <= gpipe.steps
-    assert ofob.bubble_fraction == Fraction(S - 1, C + S - 1)
-    for s in range(S):
-        # Backward in forward order (FIFO), and at most S-s chunks alive on stage s.
-        assert [a.chunk for a in ofob_compute[s] if a.kind is K.B] == order
-        assert _in_flight_peak(ofob_compute[s]) == min(S - s, C)
-        assert _in_flight_peak(gnnpipe_schedule(S, order)[s]) == C
-
-
-@pytest.mark.parametrize("S, C", SIZES)
-def test_exact_schedule_serialises_stages(S, C):
-    order = _order(C)
-    result = simulate(lower(exact_schedule(S, order), S, exact=True), S)
-    assert result.makespan == 2 * S * C
-    assert result.bubble_fraction == Fraction(S - 1, S)
-    gpipe = Fraction(S - 1, C + S - 1)
-    if S > 1 and C > 1:
-        assert result.bubble_fraction > gpipe
-    else:
-        assert result.bubble_fraction == gpipe
-    # No stage computes a forward while another does (stages cannot overlap).
-    spans = sorted((e.start, e.end) for e in result.timeline if e.action.kind is K.F)
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
 
 
 @pytest.mark.parametrize("S, C", [(1, 1), (2, 5), (4, 3), (3, 8), (6, 2)])
@@ -213,7 +174,7 @@ def test_optimizer_step_is_optional_and_free_by_default():
     lambda: gnnpipe_schedule(0, [0]),
     lambda: gnnpipe_schedule(2, []),
     lambda: gnnpipe_schedule(2, [0, 0, 1]),
-    lambda: one_f_one_b_schedule(2, [1, 2]),
+    lambda: gnnpipe_schedule(2, [1, 2]),
     lambda: chunk_order(0, 0, 0),
     lambda: simulate(gnnpipe_schedule(2, [0]), 2, comm_time=-1),
     lambda: lower({0: []}, 2),
@@ -236,19 +197,6 @@ def test_lowering_places_comm_next_to_compute():
     assert [str(a) for a in lowered[2]][-3:] == ["2B1", "2SEND_B1", "2OPT"]
 
 
-def test_exact_lowering_receives_all_before_and_sends_all_after():
-    lowered = lower(exact_schedule(3, [1, 0]), 3, exact=True)
-    assert [str(a) for a in lowered[1]] == [
-        "1RECV_F1", "1RECV_F0", "1F1", "1F0", "1SEND_F1", "1SEND_F0",
-        "1RECV_B0", "1RECV_B1", "1B0", "1B1", "1SEND_B0", "1SEND_B1", "1OPT",
-    ]
-
-
-def test_exact_lowering_refuses_interleaved_blocks():
-    with pytest.raises(ScheduleError, match="contiguous"):
-        lower(one_f_one_b_schedule(2, [0, 1]), 2, exact=True)
-
-
 def test_lowering_twice_is_refused():
     lowered = lower(gnnpipe_schedule(2, [0]), 2)
     with pytest.raises(ScheduleError, match="already has communication"):
@@ -258,9 +206,9 @@ def test_lowering_twice_is_refused():
 # ----------------------------------------------------------------------------- validator
 
 
-def _error(schedule, S, C, **kw) -> str:
+def _error(schedule, S, C) -> str:
     with pytest.raises(ScheduleError) as info:
-        validate(schedule, S, C, **kw)
+        validate(schedule, S, C)
     message = str(info.value)
     assert "stage 0" in message and "| stage" in message  # the grid is in the message
     assert ">>" in message
@@ -372,13 +320,6 @@ def test_validator_catches_misplaced_optimizer_step():
     assert "OPT" in _error(sched, 2, 2)
 
 
-@pytest.mark.parametrize("S, C", [(2, 2), (3, 5), (4, 2), (6, 9)])
-def test_exact_validation_rejects_stale_schedules(S, C):
-    order = _order(C)
-    assert "exact mode" in _error(lower(gnnpipe_schedule(S, order), S), S, C, exact=True)
-    assert "exact mode" in _error(one_f_one_b_schedule(S, order), S, C, exact=True)
-
-
 def test_validator_wants_every_stage():
     with pytest.raises(ScheduleError, match="keys"):
         validate({0: gnnpipe_schedule(2, [0])[0]}, 2, 1)
@@ -464,18 +405,14 @@ def test_chunk_order_does_not_touch_global_random_state():
 @given(S=st.integers(1, 8), C=st.integers(1, 12), data=st.data())
 def test_random_sizes_and_orders(S, C, data):
     order = data.draw(st.permutations(range(C)))
-    gpipe = simulate(lower(gnnpipe_schedule(S, order), S), S)
-    assert gpipe.bubble_fraction == Fraction(S - 1, C + S - 1)
-    for name, (gen, exact) in GENERATORS.items():
-        compute = gen(S, order)
-        lowered = lower(compute, S, exact=exact)
-        validate(lowered, S, C, exact=exact)
-        result = simulate(lowered, S)
-        assert result.busy == [2 * C] * S
-        if name == "1f1b":
-            assert result.makespan <= gpipe.makespan
-        if name == "exact":
-            assert result.bubble_fraction >= gpipe.bubble_fraction
+    compute = gnnpipe_schedule(S, order)
+    validate(compute, S, C)
+    lowered = lower(compute, S)
+    validate(lowered, S, C)
+    result = simulate(lowered, S)
+    assert result.bubble_fraction == Fraction(S - 1, C + S - 1)
+    assert result.makespan == 2 * (C + S - 1)
+    assert result.busy == [2 * C] * S
 
 
 @settings(max_examples=40, deadline=None)
@@ -485,15 +422,14 @@ def test_random_costs_never_deadlock_and_respect_dependencies(S, C, data):
     costs = data.draw(st.lists(st.integers(1, 5), min_size=2 * S, max_size=2 * S))
     comm = data.draw(st.integers(0, 3))
     cost = lambda a: costs[2 * a.stage + (a.kind is K.B)]  # noqa: E731
-    for gen, exact in GENERATORS.values():
-        result = simulate(lower(gen(S, order), S, exact=exact), S, compute_time=cost,
-                          comm_time=comm)
-        when = {e.action: e for e in result.timeline}
-        for a, e in when.items():
-            # A chunk reaches stage s only after stage s-1 computed it, plus the transfer.
-            if a.kind is K.F and a.stage > 0:
-                assert e.start >= when[Action(a.stage - 1, K.F, a.chunk)].end + comm
-            if a.kind is K.B and a.stage < S - 1:
-                assert e.start >= when[Action(a.stage + 1, K.B, a.chunk)].end + comm
-        assert result.makespan >= max(result.busy)
-        assert sum(result.idle) == S * result.makespan - sum(result.busy)
+    result = simulate(lower(gnnpipe_schedule(S, order), S), S, compute_time=cost,
+                      comm_time=comm)
+    when = {e.action: e for e in result.timeline}
+    for a, e in when.items():
+        # A chunk reaches stage s only after stage s-1 computed it, plus the transfer.
+        if a.kind is K.F and a.stage > 0:
+            assert e.start >= when[Action(a.stage - 1, K.F, a.chunk)].end + comm
+        if a.kind is K.B and a.stage < S - 1:
+            assert e.start >= when[Action(a.stage + 1, K.B, a.chunk)].end + comm
+    assert result.makespan >= max(result.busy)
+    assert sum(result.idle) == S * result.makespan - sum(result.busy)
