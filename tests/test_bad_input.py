@@ -235,6 +235,25 @@ PLAN_CASES = [
     (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "int8", "--exact"], "--exact keeps float32"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "auto", "--accuracy-budget", "nan"], "--accuracy-budget"),
     (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "int4", "--accuracy-budget", "0"], "--accuracy-budget"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--link-rate", "5xbit"], "--link-rate"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--link-rate", "0mbit"], "--link-rate"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--ranks-per-host", "2"], "--ranks-per-host"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire-accuracy", "{W}/nosuch"], "no such file"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire-accuracy", "{W}/bin.toml"], "not a JSON results file"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire-accuracy", "{W}/badrows.jsonl"], "not a JSON results file"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire-accuracy", "{W}"], "a folder"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire-accuracy", "{W}/notrows.jsonl"], "--wire-accuracy"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--seed", "-1"], "--seed"),
+    (["--world", "4", "--stats", "1e9,1e9,16,4"], "--stats"), (["--world", "4", "--stats", "1000,10000,0,4"], "--stats"),
+    (["--world", "4", "--stats", "1000,10000,16,0"], "num_classes"), (["--world", "4", "--stats", "1000,10000,16,4,5,6"], "--stats"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--accuracy-budget", "-1"], "--accuracy-budget"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--model", "user"], "model"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--wire", "auto", "--accuracy-budget", "inf"], "--accuracy-budget"),
+    (["--world", "4", "--stats", "1000,10000,16,4", "--top", "x"], "--top"),
+    (["--world", "4.5", "--stats", "1000,10000,16,4"], "--world"),
+    (["validate"], "required"), (["validate", "{W}/badrows.jsonl"], "not a readable epoch results.json"),
+    (["validate", "{W}/empty.jsonl"], "not a readable epoch results.json"), (["validate", "{W}"], "no stored epoch results"),
+    (["calibrate", "--out", "{W}/bin.toml"], "never replaces a file of yours"), (["calibrate", "--network", "full"], "unrecognized"),
 ]
 
 BENCH = "gnnpipe-bench"
@@ -246,6 +265,59 @@ BENCH_CASES = [
     (["epoch", "--epochs", "0", "--out", "{NEW}"], "--epochs"), (["comm", "--measure", "abc", "--out", "{NEW}"], "--measure"),
     (["scale", "--sizes", "0", "--out", "{NEW}"], "--sizes"), (["scale", "--random-above", "-1", "--out", "{NEW}"], "--random-above"),
     (["scale", "--history-dtype", "x"], "--history-dtype"), (["comm", "--only", "--out", "{NEW}"], "--only"),
+    # tta: every flag checked before a run (and before its results folder is made)
+    (["tta", "--config", "nosuch", "--local", "--out", "{NEW}"], "--config 'nosuch'"),
+    (["tta", "--seeds", "-1", "--local", "--out", "{NEW}"], "--seeds"), (["tta", "--seeds", "x", "--local"], "--seeds"),
+    (["tta", "--modes", "bogus", "--local", "--out", "{NEW}"], "--modes"), (["tta", "--modes", "", "--local", "--out", "{NEW}"], "--modes"),
+    (["tta", "--wires", "int9", "--local", "--out", "{NEW}"], "--wires"), (["tta", "--rates", "5xbit", "--out", "{NEW}"], "link rate"),
+    (["tta", "--timing-epochs", "1", "--local", "--out", "{NEW}"], "--timing-epochs"),
+    (["tta", "--epochs", "0", "--local", "--out", "{NEW}"], "--epochs"), (["tta", "--epochs", "x", "--local"], "--epochs"),
+    (["tta", "--timeout", "-5", "--local", "--out", "{NEW}"], "--timeout"), (["tta", "--timeout", "nan", "--local", "--out", "{NEW}"], "--timeout"),
+    (["tta", "--timeout", "inf", "--local", "--out", "{NEW}"], "--timeout"),
+    (["tta", "--plot", "{W}/nosuchdir"], "no curves.jsonl"), (["tta", "--plot", "{W}/file.txt"], "no curves.jsonl"),
+    (["tta", "--plot", "{W}"], "no curves.jsonl"),
+    (["tta", "--local", "--out", "{W}/file.txt"], "is a file"), (["tta", "--local", "--out", "{W}/file.txt/sub"], "is a file"),
+    (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "'unclosed", "--out", "{NEW}"], "--train-flags"),
+    (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "--bogus 1", "--out", "{NEW}"], "--bogus"),
+    (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "--layers 0", "--out", "{NEW}"], "layers"),
+    (["tta", "--config", "tiny", "--modes", "graph,hybrid", "--local", "--quick", "--train-flags", "--exact-every 2",
+      "--out", "{NEW}"], "--mode hybrid"),
+    (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "--wire int8 --exact", "--out", "{NEW}"], "--exact"),
+    (["tta", "--bogus"], "unrecognized"),
+    # cluster: the job's gnnpipe-train flags and every sweep cell's are parsed before a namespace is made
+    (["cluster", "--hosts", "0", "--", "--dataset", "sbm"], "hosts"), (["cluster", "--hosts", "300", "--", "--dataset", "sbm"], "hosts"),
+    (["cluster", "--ranks-per-host", "0", "--", "--dataset", "sbm"], "ranks_per_host"),
+    (["cluster", "--rate", "5xbit", "--", "--dataset", "sbm"], "link rate"), (["cluster", "--delay", "abc", "--", "--dataset", "sbm"], "delay"),
+    (["cluster", "--timeout", "0", "--", "--dataset", "sbm"], "--timeout"), (["cluster", "--timeout", "nan", "--", "--dataset", "sbm"], "--timeout"),
+    (["cluster", "--out", "{W}/file.txt", "--", "--dataset", "sbm"], "is a file"),
+    (["cluster", "--out", "{W}/file.txt/x", "--", "--dataset", "sbm"], "is a file"),
+    (["cluster", "--", "--bogus"], "--bogus"), (["cluster", "--", "--dataset", "sbm", "--layers", "0"], "layers"),
+    (["cluster", "--", "--dataset", "sbm", "--mode", "hybrid", "--exact-every", "2"], "--exact-every"),
+    (["cluster", "--"], "no gnnpipe-train arguments"), (["cluster"], "no gnnpipe-train arguments"), (["cluster", "--bogus"], "unrecognized"),
+    (["cluster", "--sweep", "--rates", "5xbit", "--out", "{NEW}"], "link rate"),
+    (["cluster", "--sweep", "--modes", "bogus", "--out", "{NEW}"], "mode must be"),
+    (["cluster", "--sweep", "--graphs", "nosuch", "--out", "{NEW}"], "graph must be"),
+    (["cluster", "--sweep", "--models", "nosuch", "--out", "{NEW}"], "model"),
+    (["cluster", "--sweep", "--wires", "int9", "--out", "{NEW}"], "wire format"),
+    (["cluster", "--sweep", "--layers", "0", "--out", "{NEW}"], "layers"), (["cluster", "--sweep", "--hidden", "0", "--out", "{NEW}"], "hidden"),
+    (["cluster", "--sweep", "--epochs", "0", "--out", "{NEW}"], "epochs"), (["cluster", "--sweep", "--rates", "", "--out", "{NEW}"], "--rates"),
+    (["cluster", "--sweep", "--models", ",", "--out", "{NEW}"], "--models"),
+    (["cluster", "--sweep", "--out", "{W}/file.txt"], "is a file"),
+    (["cluster", "--sweep", "--network", "bogus", "--out", "{NEW}"], "--network"),
+    (["cluster", "--sweep", "--out", "{NEW}", "--", "--bogus"], "--bogus"),
+    (["cluster", "--plot", "{W}/nosuch.jsonl"], "no such file"), (["cluster", "--plot", "{W}/bin.toml"], "rows.jsonl"),
+    (["cluster", "--plot", "{W}"], "a folder"), (["cluster", "--plot", "{W}/empty.jsonl"], "no rows"),
+    (["cluster", "--plot", "{W}/notrows.jsonl"], "not a sweep row"), (["cluster", "--plot", "{W}/badrows.jsonl"], "rows.jsonl"),
+    # the rest of the benchmarks
+    (["accuracy", "--seeds", "-1", "--out", "{NEW}"], "--seeds"), (["accuracy", "--only", "typo", "--out", "{NEW}"], "unknown configuration"),
+    (["accuracy", "--epochs", "0", "--out", "{NEW}"], "--epochs"), (["accuracy", "--wire", "int9", "--out", "{NEW}"], "--wire"),
+    (["accuracy", "--out", "{W}/file.txt"], "is a file"),
+    (["report", "--doc", "{W}/nosuch.md", "--out", "{W}/nosuchresults"], "no"),
+    (["report", "--out", "{W}/nosuchresults"], "no stored benchmark results"),
+    (["epoch", "--runs", "-3", "--out", "{NEW}"], "--runs"), (["epoch", "--epochs", "1.5", "--out", "{NEW}"], "--epochs"),
+    (["comm", "--wire", "int9", "--out", "{NEW}"], "--wire"), (["scale", "--sizes", "abc", "--out", "{NEW}"], "--sizes"),
+    (["scale", "--method", "x", "--out", "{NEW}"], "--method"), (["overhead", "--runs", "0", "--out", "{NEW}"], "--runs"),
+    (["memory", "--out", "{W}/file.txt/sub"], "is a file"), (["overhead", "--out", "{W}/file.txt"], "is a file"),
 ]
 
 
@@ -297,6 +369,9 @@ def _build_world(w: Path) -> None:
     for name in ("ds_metalist", "ds_missing", "ds_trunc", "ds_evil", "ds_badformat", "ds_badjson", "ds_tampered"):
         shutil.copytree(w / "ds", w / name)
     (w / "ds_metalist" / "meta.json").write_text("[]")
+    (w / "empty.jsonl").write_text("")
+    (w / "badrows.jsonl").write_text('{"mode": "graph", "rate": "25mbit"}\nnot json\n')
+    (w / "notrows.jsonl").write_text('[1, 2]\n')
     (w / "ds_missing" / "labels.npy").unlink()
     f = w / "ds_trunc" / "features.npy"
     f.write_bytes(f.read_bytes()[:100])

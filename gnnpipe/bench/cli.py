@@ -92,12 +92,7 @@ def check_args(args: argparse.Namespace) -> None:
             ``--only`` name the benchmark does not have (which used to run nothing and write
             empty results over the old ones).
     """
-    out = Path(args.out)
-    for anc in [out, *out.parents]:
-        if anc.exists():
-            if not anc.is_dir():
-                raise GnnpipeError(f"--out {out}: {anc} is a file; expected the results folder (default results/)")
-            break
+    C.check_results_root(Path(args.out))
     for flag, v in (("--runs", args.runs), ("--epochs", args.epochs), ("--random-above", args.random_above)):
         if v is not None and v < 1:
             raise GnnpipeError(f"{flag}: expected an integer >= 1, got {v}")

@@ -51,7 +51,10 @@ does for that many ranks on one host while the links stay the hosts' own.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import math
 from dataclasses import asdict, replace
 import logging
 import os
@@ -65,7 +68,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gnnpipe import cluster as CL
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
-from gnnpipe.config import WIRE_FORMATS, parse_config
+from gnnpipe.config import WIRE_FORMATS, ArgumentParser, parse_config
 from gnnpipe.cost import (WIRE_MIN_GAIN, ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict,
                           wire_choices, with_link)
 from gnnpipe.cost import netcal
@@ -306,6 +309,21 @@ def _wait(procs: Sequence, timeout_s: float, grace_s: float = 30.0) -> list[int 
     return [p.poll() for p in procs]
 
 
+def _cell_name(cell: Mapping[str, Any], layers: int) -> str:
+    wire = cell["wire"]
+    return (f"{cell['graph']}-{cell['model']}{layers}-{cell['mode']}" + (f"+{wire}" if wire != "float32" else "")
+            + f"-{cell['rate']}")
+
+
+def _cell_args(cell: Mapping[str, Any], layers: int, hidden: int, epochs: int, world: int,
+               extra: Sequence[str]) -> list[str]:
+    """A sweep cell's gnnpipe-train arguments."""
+    wire = cell["wire"]
+    return [*GRAPHS[cell["graph"]], "--model", cell["model"], "--layers", str(layers), "--hidden", str(hidden),
+            "--epochs", str(epochs), "--eval-every", "1000000", "--seed", "0", *mode_flags(cell["mode"], world),
+            *(["--wire", wire] if wire != "float32" else []), *extra]
+
+
 def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] = MODES,
           graphs: Sequence[str] = ("squirrel", "physics", "reddit-shaped"), models: Sequence[str] = ("gcn", "gcnii"),
           hosts: int = 4, ranks_per_host: int = 1, delay: str | None = None, layers: int = 32, hidden: int = 100,
@@ -333,12 +351,18 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
     Returns:
         (rows, the sweep's directory).
     """
+    for flag, vals in (("--rates", rates), ("--modes", modes), ("--graphs", graphs), ("--models", models),
+                       ("--wires", wires)):
+        if not vals:
+            raise CL.ClusterError(f"{flag}: give at least one (comma-separated)")
     cells = sweep_cells(rates, modes, graphs, models, wires)
     if network not in ("full", "quick", "off"):
         raise CL.ClusterError(f"--network must be full, quick or off, got {network!r}")
     world = hosts * ranks_per_host
     for m in modes:
         mode_flags(m, world)  # fail before the first cell, not in the middle
+    for cell in cells:  # every cell's flags as gnnpipe-train reads them, before the first runs
+        check_train_args(_cell_args(cell, layers, hidden, epochs, world, extra), f"sweep cell {_cell_name(cell, layers)}")
     d = Path(out) / time.strftime("sweep-%Y%m%d-%H%M%S")
     d.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -346,12 +370,8 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
     for cell in cells:
         if network != "off" and hosts >= 2 and cell["rate"] not in links:
             links[cell["rate"]] = measure_link(cell["rate_bps"], hosts, d / "network", quick=network == "quick")
-        wire = cell["wire"]
-        name = f"{cell['graph']}-{cell['model']}{layers}-{cell['mode']}" + (f"+{wire}" if wire != "float32" else "") \
-            + f"-{cell['rate']}"
-        args = [*GRAPHS[cell["graph"]], "--model", cell["model"], "--layers", str(layers), "--hidden", str(hidden),
-                "--epochs", str(epochs), "--eval-every", "1000000", "--seed", "0", *mode_flags(cell["mode"], world),
-                *(["--wire", wire] if wire != "float32" else []), *extra]
+        name = _cell_name(cell, layers)
+        args = _cell_args(cell, layers, hidden, epochs, world, extra)
         spec = CL.ClusterSpec(hosts, cell["rate_bps"], CL.parse_delay(delay), ranks_per_host)
         try:
             row = {**cell, "layers": layers, "hidden": hidden,
@@ -591,7 +611,7 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
 
 # --------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gnnpipe-bench cluster", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="gnnpipe-bench cluster", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--hosts", type=int, default=4, help="emulated hosts (default 4)")
@@ -630,18 +650,68 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``gnnpipe-bench cluster ...``; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """``gnnpipe-bench cluster ...``; returns the exit status. Bad arguments and failures
+    are one line (:func:`gnnpipe.cli.run_cli`)."""
+    from gnnpipe.cli import run_cli  # (the CLI layer: its SIGTERM handling and one-line errors)
+
+    return run_cli(_entry, argv, prog="gnnpipe-bench cluster")
+
+
+def _entry(argv: Sequence[str]) -> int:
+    argv = list(argv)
     train_args: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, train_args = argv[:i], argv[i + 1:]
     args = build_parser().parse_args(argv)
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise GnnpipeError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    if args.out is not None:
+        C.check_results_root(args.out)
+    return _main(args, train_args)
+
+
+def check_train_args(train_args: Sequence[str], where: str) -> None:
+    """Parse a job's gnnpipe-train arguments as the trainer will (nothing runs), so a bad
+    flag is one line now rather than every rank's log after the cluster was built.
+
+    Raises:
+        GnnpipeError: naming ``where`` (the job or cell), with gnnpipe-train's own line.
+    """
+    err = io.StringIO()
     try:
-        return _main(args, train_args)
-    except CL.ClusterError as e:
-        print(f"gnnpipe-bench cluster: error: {e}", file=sys.stderr)
-        return 2
+        with contextlib.redirect_stderr(err):
+            parse_config(list(train_args))
+    except SystemExit:  # argparse's usage error, already one line
+        lines = err.getvalue().strip().splitlines()
+        raise GnnpipeError(f"{where}: {lines[-1] if lines else 'refused by gnnpipe-train'}") from None
+    except GnnpipeError as e:
+        raise GnnpipeError(f"{where}: {e}") from None
+
+
+def read_rows(path: Path) -> list[dict]:
+    """A sweep's ``rows.jsonl`` (for ``--plot``).
+
+    Raises:
+        GnnpipeError: missing, not a file, not JSON lines of objects, or no rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise GnnpipeError(f"--plot {path}: {'a folder' if path.is_dir() else 'no such file'}; expected a sweep's "
+                           "rows.jsonl (results/cluster/sweep-*/rows.jsonl)")
+    rows = []
+    try:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                row = json.loads(line)
+                if not isinstance(row, dict) or "mode" not in row or "rate" not in row:
+                    raise GnnpipeError(f"--plot {path}: line {n} is not a sweep row (no mode and rate)")
+                rows.append(row)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GnnpipeError(f"--plot {path}: not a sweep's rows.jsonl ({e})") from None
+    if not rows:
+        raise GnnpipeError(f"--plot {path}: no rows in it")
+    return rows
 
 
 def _split(s: str) -> list[str]:
@@ -654,7 +724,7 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
         print(f"removed {len(gone)} namespaces" + (f": {', '.join(gone)}" if gone else ""))
         return 0
     if args.plot is not None:
-        rows = [json.loads(line) for line in args.plot.read_text().splitlines() if line.strip()]
+        rows = read_rows(args.plot)
         predictor = None if args.no_predict else make_predictor(args.profile)
         print(plot(rows, args.plot.parent / "epoch_vs_rate.png", predict=predictor))
         if predictor is not None:  # and how the cost model ranked the measured cells
@@ -676,6 +746,7 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
         raise CL.ClusterError("no gnnpipe-train arguments: put them after '--', e.g. "
                               "gnnpipe-bench cluster --hosts 4 --rate 200mbit -- --config tiny --mode graph")
     spec = CL.ClusterSpec(args.hosts, CL.parse_rate(args.rate), CL.parse_delay(args.delay), args.ranks_per_host)
+    check_train_args(train_args, "gnnpipe-train arguments after '--'")
     out = args.out or Path("results/cluster") / time.strftime(f"run-%Y%m%d-%H%M%S-{CL.rate_text(spec.rate_bps)}")
     r = run_job(spec, train_args, out, args.launcher, args.timeout)
     print(C.md_table(["hosts x ranks", "link", "epoch s (median)", "compute s", "comm s", "bubble s", "MiB/epoch",

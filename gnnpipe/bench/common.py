@@ -52,6 +52,20 @@ def sub_dir(out: Path, sub: str, quick: bool = False) -> Path:
     return Path(out) / (f"{sub}-quick" if quick else sub)
 
 
+def check_results_root(out: Path) -> None:
+    """Refuse an ``--out`` that is a file or lies under one (before anything runs).
+
+    Raises:
+        GnnpipeError: naming the file in the way.
+    """
+    out = Path(out)
+    for anc in [out, *out.parents]:
+        if anc.exists():
+            if not anc.is_dir():
+                raise GnnpipeError(f"--out {out}: {anc} is a file; expected the results folder (default results/)")
+            break
+
+
 def check_only(only: Sequence[str] | None, known: Iterable[str], what: str) -> None:
     """Refuse ``--only`` names a benchmark does not have (a typo used to run nothing and
     write empty results over the earlier ones).

@@ -38,7 +38,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import contextlib
+import io
 import logging
+import math
 import os
 import shlex
 import shutil
@@ -56,7 +59,7 @@ from gnnpipe.bench.accuracy import COMMON_DEEP
 from gnnpipe.bench.cluster import (MODE_COLORS, MODES, WIRE_STYLE, epoch_summary, machine_load, make_predictor,
                                    mode_flags, run_job)
 from gnnpipe.cli import ArgumentParser, run_cli
-from gnnpipe.config import WIRE_FORMATS
+from gnnpipe.config import WIRE_FORMATS, parse_config
 from gnnpipe.cost import WIRE_MIN_GAIN, prior_for, wire_choices
 
 log = logging.getLogger(__name__)
@@ -271,6 +274,25 @@ def planner_wire(flags: Sequence[str], mode: str, rate: str, predict) -> str:
     return best
 
 
+def check_train_flags(base: Sequence[str], train_flags: Sequence[str], mode: str) -> None:
+    """Parse ``base + train_flags`` as gnnpipe-train would (nothing runs).
+
+    Raises:
+        GnnpipeError: naming ``--train-flags`` and the mode, with gnnpipe-train's one line.
+    """
+    if not train_flags:
+        return
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parse_config([*base, *train_flags])
+    except SystemExit:  # argparse's usage error, already one line
+        why = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "refused"
+        raise GnnpipeError(f"--train-flags {' '.join(train_flags)!r} in --mode {mode}: {why}") from None
+    except GnnpipeError as e:
+        raise GnnpipeError(f"--train-flags {' '.join(train_flags)!r} in --mode {mode}: {e}") from None
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         return []
@@ -331,6 +353,9 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
     base = list(base)
     if epochs is not None:
         base[base.index("--epochs") + 1] = str(epochs)
+    for mode in modes:  # a flag gnnpipe-train refuses would fail a run hours in: refuse it now
+        if mode != "graph" or any(w != "float32" for w in wires):  # (the exact reference takes none)
+            check_train_flags([*base, *mode_flags(mode, WORLD)], train_flags, mode)
     d = C.sub_dir(Path(out), "tta", quick) / config
     d.mkdir(parents=True, exist_ok=True)
     curves_f, timing_f = d / "curves.jsonl", d / "timing.jsonl"
@@ -466,6 +491,12 @@ def _main(argv: Sequence[str]) -> int:
         raise GnnpipeError(f"--timing-epochs: expected an integer >= 2, got {args.timing_epochs}")
     if args.epochs is not None and args.epochs < 1:
         raise GnnpipeError(f"--epochs: expected an integer >= 1, got {args.epochs}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise GnnpipeError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    try:
+        train_flags = shlex.split(args.train_flags)
+    except ValueError as e:
+        raise GnnpipeError(f"--train-flags {args.train_flags!r}: {e} (quote it as one shell word)") from None
     if args.plot is not None:
         _, md = report(args.plot)
     else:
@@ -475,8 +506,9 @@ def _main(argv: Sequence[str]) -> int:
             raise GnnpipeError(f"--modes: expected names from {', '.join(MODES)}, got {args.modes!r}")
         if min(args.seeds) < 0:
             raise GnnpipeError(f"--seeds: expected integers >= 0, got {args.seeds}")
+        C.check_results_root(args.out.resolve())
         _, md = run(args.out.resolve(), args.config, args.seeds, modes, _split(args.wires), _split(args.rates),
                     args.local, args.timing_epochs, args.epochs, args.quick, args.timeout,
-                    shlex.split(args.train_flags))
+                    train_flags)
     print(md)
     return 0

@@ -353,6 +353,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--layers: expected an integer in [1, {MAX_LAYERS}], got {args.layers}")
     if args.top < 0:
         raise GnnpipeError(f"--top: expected >= 0, got {args.top}")
+    if args.seed < 0:  # (checked here, before a graph is sampled, not by the sampler)
+        raise GnnpipeError(f"--seed: expected an integer >= 0, got {args.seed}")
     factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
     if min(factors) < 1:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")

@@ -151,6 +151,9 @@ def from_results(path: str | Path, model: str | None = None) -> WireAccuracy:
     except FileNotFoundError:
         raise GnnpipeError(f"{what}: no such file (gnnpipe-bench accuracy --wire float32,int8,... writes "
                            "results/accuracy.json)") from None
+    except IsADirectoryError:
+        raise GnnpipeError(f"{what}: a folder; expected the accuracy benchmark's results file "
+                           "(results/accuracy.json)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise GnnpipeError(f"{what}: not a JSON results file ({e})") from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
