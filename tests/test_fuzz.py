@@ -290,3 +290,61 @@ def test_the_toml_writer_writes_what_tomllib_reads():
     assert _no_traceback(lambda: (_ for _ in ()).throw(GnnpipeError("x"))) is None
     with pytest.raises(ValueError):  # anything but a GnnpipeError or a usage exit fails the property
         _no_traceback(lambda: int("x"))
+
+
+# ------------------------------------------------------------------ stored benchmark records
+def _tta_dir(d: Path) -> Path:
+    """A tta results folder with two graph curves, a pipeline curve and its timing."""
+    d.mkdir(parents=True, exist_ok=True)
+    curves = [{"mode": "graph", "wire": "float32", "seed": s, "epochs": [4, 9], "val": [0.3, 0.4 + s / 100],
+               "test": [0.3, 0.4], "epoch_time_s": [1.0] * 10, "args": ["--epochs", "10"]} for s in (0, 1)]
+    curves.append({"mode": "pipeline", "wire": "float32", "seed": 0, "epochs": [4, 9], "val": [0.35, 0.41],
+                   "test": [0.3, 0.4], "epoch_time_s": [0.5] * 10, "args": ["--exact-every", "2"]})
+    timing = [{"mode": "graph", "wire": "float32", "rate": "unshaped", "epoch_s": 1.0},
+              {"mode": "pipeline", "wire": "float32", "rate": "unshaped", "epoch_s": 0.5, "exact_epoch_s": 0.8,
+               "exact_every": 2}]
+    (d / "curves.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curves))
+    (d / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timing))
+    return d
+
+
+@pytest.mark.parametrize("n", [pytest.param(15, id="fast"), pytest.param(300, id="hundreds", marks=pytest.mark.slow)])
+def test_edited_tta_records_are_reported_or_refused_in_one_line(n, tmp_path_factory, capsys):
+    """``gnnpipe-bench tta --plot DIR`` over a curves.jsonl or timing.jsonl with bytes
+    overwritten, cut, or a field's value replaced: a table, or one line naming the file."""
+    from gnnpipe.bench import tta
+
+    base = _tta_dir(tmp_path_factory.mktemp("tta-base"))
+
+    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=n < 100)
+    @given(st.sampled_from(["curves.jsonl", "timing.jsonl"]), st.integers(0, 10**6),
+           st.one_of(st.binary(min_size=1, max_size=8).map(lambda b: ("bytes", b)),
+                     st.tuples(st.sampled_from(["mode", "wire", "seed", "epochs", "val", "test", "epoch_time_s", "args",
+                                                "rate", "epoch_s", "exact_epoch_s"]), toml_values)),
+           st.booleans())
+    def prop(name, at, change, cut):
+        _count("tta records")
+        d = tmp_path_factory.mktemp("tta")
+        shutil.copytree(base, d, dirs_exist_ok=True)
+        f = d / name
+        if change[0] == "bytes":
+            data = bytearray(f.read_bytes())
+            at %= len(data)
+            data = data[:at] if cut else data[:at] + change[1] + data[at + len(change[1]):]
+            f.write_bytes(bytes(data))
+        else:
+            lines = f.read_text().splitlines()
+            rec = json.loads(lines[at % len(lines)])
+            rec[change[0]] = change[1]
+            lines[at % len(lines)] = json.dumps(rec)
+            f.write_text("\n".join(lines) + "\n")
+        code = tta.main(["--plot", str(d)])
+        err = capsys.readouterr().err
+        assert code in (0, 2), f"{name}: exit {code}\n{err}"
+        if code == 2:
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            assert len(lines) == 1 and "Traceback" not in err, err
+        shutil.rmtree(d, ignore_errors=True)
+
+    prop()
+    print(f"fuzz: {TRIED.get('tta records', 0)} edited tta records tried")

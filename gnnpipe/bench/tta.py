@@ -98,12 +98,18 @@ def epochs_to(curve: Mapping[str, Any], target: float) -> int | None:
 
 def exact_every_of(args: Sequence[str]) -> int:
     """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
-    args = list(args)
+    args = [str(a) for a in args]
     for i, a in enumerate(args):
-        if a == "--exact-every" and i + 1 < len(args):
-            return int(args[i + 1])
-        if a.startswith("--exact-every="):
-            return int(a.split("=", 1)[1])
+        v = args[i + 1] if a == "--exact-every" and i + 1 < len(args) else (
+            a.split("=", 1)[1] if a.startswith("--exact-every=") else None)
+        if v is not None:
+            try:
+                n = int(v)
+            except ValueError:
+                n = -1
+            if n < 0:
+                raise GnnpipeError(f"--exact-every {v!r}: expected an integer >= 0")
+            return n
     return 0
 
 
@@ -240,7 +246,7 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
             color = MODE_COLORS.get(r["mode"], "k")
             (h,) = ax.plot(t, [statistics.mean(points[e]) for e in xs], style, color=color, ms=3, lw=1.4)
             ax.fill_between(t, [min(points[e]) for e in xs], [max(points[e]) for e in xs], color=color, alpha=0.15)
-            label = f"{r['mode']} {r['wire']}"
+            label = f"{r['mode']} {r['wire']}" + (f", exact every {r['exact_every']}" if r.get("exact_every") else "")
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
@@ -293,10 +299,66 @@ def check_train_flags(base: Sequence[str], train_flags: Sequence[str], mode: str
         raise GnnpipeError(f"--train-flags {' '.join(train_flags)!r} in --mode {mode}: {e}") from None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+#: The fields a stored record must have, with their types (a hand-edited or cut file is
+#: refused in one line naming the file, the line and the field, not a traceback).
+_CURVE_FIELDS = {"mode": str, "wire": str, "seed": int, "epochs": list, "val": list, "test": list,
+                 "epoch_time_s": list}
+_TIMING_FIELDS = {"mode": str, "wire": str, "rate": str}
+
+
+def _read_jsonl(path: Path, fields: Mapping[str, type] | None = None) -> list[dict]:
+    """A stored ``curves.jsonl`` or ``timing.jsonl`` (none: []).
+
+    Raises:
+        GnnpipeError: a line that is not a JSON object with ``fields`` of their types, or
+            lists of numbers of unequal length where a curve needs them equal.
+    """
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if fields is None:
+        fields = _CURVE_FIELDS if path.name == "curves.jsonl" else _TIMING_FIELDS
+    recs = []
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as e:
+        raise GnnpipeError(f"{path}: not a text file ({e.reason} at byte {e.start})") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise GnnpipeError(f"{path}, line {n}: not JSON ({e.msg}); remove the line to rerun that run") from None
+        if not isinstance(rec, dict):
+            raise GnnpipeError(f"{path}, line {n}: expected a JSON object, got {type(rec).__name__}")
+        for key, typ in fields.items():
+            if not isinstance(rec.get(key), typ) or isinstance(rec.get(key), bool):
+                raise GnnpipeError(f"{path}, line {n}: field {key!r} should be a {typ.__name__}, "
+                                   f"got {rec.get(key)!r:.60}")
+        if rec["mode"] not in MODES or rec["wire"] not in WIRE_FORMATS:
+            raise GnnpipeError(f"{path}, line {n}: mode {rec['mode']!r:.30} and wire {rec['wire']!r:.30} should be "
+                               f"one of {', '.join(MODES)} and one of {', '.join(WIRE_FORMATS)}")
+        if "rate" in fields and rec["rate"] != "local":
+            try:
+                CL.parse_rate(rec["rate"])
+            except GnnpipeError:
+                raise GnnpipeError(f"{path}, line {n}: rate {rec['rate']!r:.30} is not a link rate") from None
+        # (the list fields are a curve's; a timing record's "epochs" counts its timed epochs)
+        nums = [rec[k] for k in ("epochs", "val", "test", "epoch_time_s") if k in fields]
+        if any(not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in xs)
+               for xs in nums):
+            raise GnnpipeError(f"{path}, line {n}: epochs, val, test and epoch_time_s must hold finite numbers")
+        if "val" in fields and (len(rec["val"]) != len(rec["epochs"]) or not rec["val"]):
+            raise GnnpipeError(f"{path}, line {n}: {len(rec['epochs'])} epochs but {len(rec['val'])} "
+                               "validation accuracies (expected as many, at least one)")
+        if "args" in rec and not (isinstance(rec["args"], list) and all(isinstance(a, str) for a in rec["args"])):
+            raise GnnpipeError(f"{path}, line {n}: field 'args' should be a list of gnnpipe-train flags")
+        for key in ("epoch_s", "exact_epoch_s"):
+            v = rec.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+                raise GnnpipeError(f"{path}, line {n}: field {key!r} should be a positive number, got {v!r:.60}")
+        recs.append(rec)
+    return recs
 
 
 def _append(path: Path, rec: Mapping[str, Any]) -> None:
