@@ -80,24 +80,26 @@ def is_system_path(path: Path) -> bool:
     return r == cwd or r in cwd.parents
 
 
-def protected_reason(path: Path) -> str | None:
+def protected_reason(path: Path, include_self: bool = True) -> str | None:
     """Why ``path`` must not receive a command's outputs, or None.
 
     Inside a prepared dataset or a partition plan (their content hashes and manifests would
     no longer describe them), inside the installed gnnpipe package, or a checkout's own root
-    (a folder holding ``.git``; its ``runs/`` or ``results/`` are fine)."""
+    (a folder holding ``.git``; its ``runs/`` or ``results/`` are fine). With
+    ``include_self`` False only what lies above ``path`` counts (a writer that replaces its
+    own kind of output, e.g. ``--force`` over a plan, checks ``path`` itself its own way)."""
     try:
-        r = path.resolve()
+        r = Path(path).resolve()
     except (OSError, RuntimeError):
         return None
     package = Path(__file__).resolve().parent
     if r == package or package in r.parents:
         return f"inside the gnnpipe package ({package})"
-    for anc in [r, *r.parents]:
+    for anc in ([r] if include_self else []) + list(r.parents):
         for kind, (_, _, what) in OUTPUT_KINDS.items():
             if is_our_output(anc, kind):
                 return f"inside {what} ({anc})"
-    if (r / ".git").exists():
+    if include_self and (r / ".git").exists():
         return "the root of a source checkout"
     return None
 
@@ -119,6 +121,9 @@ def check_replaceable(path: str | os.PathLike, kind: str, force: bool) -> None:
         GnnpipeError: one line naming the path, what is there and why it stays.
     """
     path = Path(path)
+    why = protected_reason(path, include_self=False)
+    if why is not None:
+        raise GnnpipeError(f"{path}: {why}; gnnpipe writes no output there, choose another output path")
     if not path.exists() and not path.is_symlink():
         for anc in path.parents:  # fail now, not after a long load, when it cannot be made
             if anc.exists():

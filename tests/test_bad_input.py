@@ -90,6 +90,14 @@ TOMLS = {
 }
 
 TRAIN_FLAG_CASES = [
+    # --exact-every (stage.py rule 8): pipeline mode only, a count
+    (["--exact-every", "-1"], "exact_every"), (["--exact-every", "x"], "--exact-every"),
+    (["--exact-every", "1.5"], "--exact-every"), (["--mode", "graph", "--exact-every", "2"], "--exact-every 2"),
+    (["--mode", "hybrid", "--ways", "2", "--exact-every", "2"], "not --mode hybrid"),
+    (["--exact-every", "1e3"], "--exact-every"),
+    (["--refresh-epochs", "-1"], "refresh_epochs"), (["--grad-scale", "nan"], "grad_scale"),
+    (["--snapshot-period", "x"], "--snapshot-period"), (["--stop-at-val-acc", "2"], "stop_at_val_acc"),
+    (["--divergence-drop", "0"], "divergence_drop"),
     (["--lr", "nan"], "'lr' = nan"), (["--lr", "inf"], "finite"), (["--lr", "-1"], "lr"), (["--lr", "0"], "lr"),
     (["--lr", "abc"], "--lr"), (["--timeout", "nan"], "timeout"), (["--timeout", "inf"], "timeout"),
     (["--timeout", "0"], "timeout"), (["--timeout", "-5"], "timeout"), (["--timeout", "1e12"], "timeout"),
@@ -144,6 +152,7 @@ TRAIN_OUT_CASES = [
     (["--out", "{W}/run_foreign_cfg", "--overwrite"], "config.json"), (["--out", "/"], "system"),
     (["--out", "{W}/run_ckpt", "--resume", "{W}/run_ckpt", "--overwrite"], "--overwrite"),
     (["--out", "{W}/run_ckpt"], "--resume"), (["--out", "{W}/link_to_file"], "a symbolic link"),
+    (["--out", "{W}/ds/run"], "inside a prepared"), (["--out", "{W}/plan/run"], "inside a gnnpipe partition plan"),
 ]
 
 DATA = "gnnpipe-data"
@@ -174,6 +183,9 @@ DATA_CASES = [
     (["synth", "sbm", "--seed", "-1", "--out", "{NEW}"], None), (["synth", "sbm", "--name", "../x", "--out", "{NEW}"], "name"),
     (["synth", "sbm", "--name", "", "--out", "{NEW}"], "name"), (["synth", "sbm", "--name", "a\nb", "--out", "{NEW}"], "name"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/file.txt"], "is a file"),
+    (["synth", "sbm", "--nodes", "300", "--out", "{W}/ds/inner"], "inside a prepared"),
+    (["synth", "sbm", "--nodes", "300", "--out", "{W}/plan/inner", "--force"], "inside a gnnpipe partition plan"),
+    (["prepare", "cora", "--raw", "{W}/raw", "--root", "{W}/ds"], "inside a prepared"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/file.txt", "--force"], "is a file"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/foreign", "--force"], "will not replace"),
     (["synth", "sbm", "--nodes", "300", "--out", "{W}/plan", "--force"], "will not replace"),
@@ -201,7 +213,7 @@ PART_CASES = [
     (["{W}/ds_evil", "--parts", "2"], "cannot name a folder"), (["{W}/ds_missing", "--parts", "2"], "labels.npy"),
     (["{W}/ds", "--parts", "2", "--out", "{W}/file.txt"], "is a file"),
     (["{W}/ds", "--parts", "2", "--out", "{W}/file.txt", "--force"], "is a file"),
-    (["{W}/ds", "--parts", "2", "--out", "{W}/file.txt/sub"], "not a directory"),
+    (["{W}/ds", "--parts", "2", "--out", "{W}/file.txt/sub"], "is a file"),
     (["{W}/ds", "--parts", "2", "--out", "{W}/foreign", "--force"], "will not replace"),
     (["{W}/ds", "--parts", "2", "--out", "{W}/ds", "--force"], "will not replace"),
     (["{W}/ds", "--parts", "2", "--out", "/", "--force"], "system"),
@@ -209,6 +221,11 @@ PART_CASES = [
     (["{W}/ds", "--parts", "2", "--method", "random", "--out", "{W}/plan_nostats"], "stats.json"),
     (["{W}/ds", "--parts", "2", "--out", "{W}/plan_list"], "will not replace"),
     (["{W}/ds", "--parts", "2", "--out", "{W}/link_to_file", "--force"], "symbolic link"),
+    (["{W}/ds", "--parts", "2", "--out", "{W}/ds/plan"], "inside a prepared"),
+    (["{W}/ds", "--parts", "2", "--out", "{W}/ds/plan", "--force"], "inside a prepared"),
+    (["{W}/ds", "--parts", "2", "--out", "{W}/plan/sub"], "inside a gnnpipe partition plan"),
+    (["{W}/ds", "--parts", "2", "--seed", "-1", "--out", "{NEW}"], "--seed"),
+    (["{W}/ds", "--parts", "2", "--chunks", "100000", "--out", "{NEW}"], "--chunks"),
 ]
 
 PLAN = "gnnpipe-plan"
@@ -253,7 +270,9 @@ PLAN_CASES = [
     (["--world", "4.5", "--stats", "1000,10000,16,4"], "--world"),
     (["validate"], "required"), (["validate", "{W}/badrows.jsonl"], "not a readable epoch results.json"),
     (["validate", "{W}/empty.jsonl"], "not a readable epoch results.json"), (["validate", "{W}"], "no stored epoch results"),
-    (["calibrate", "--out", "{W}/bin.toml"], "never replaces a file of yours"), (["calibrate", "--network", "full"], "unrecognized"),
+    (["calibrate", "--out", "{W}/bin.toml"], "never replaces a file of yours"),
+    (["calibrate", "--out", "{W}/ds/profile.toml"], "inside a prepared"),
+    (["calibrate", "--out", "{W}/plan/profile.toml"], "inside a gnnpipe partition plan"), (["calibrate", "--network", "full"], "unrecognized"),
 ]
 
 BENCH = "gnnpipe-bench"
@@ -318,6 +337,10 @@ BENCH_CASES = [
     (["comm", "--wire", "int9", "--out", "{NEW}"], "--wire"), (["scale", "--sizes", "abc", "--out", "{NEW}"], "--sizes"),
     (["scale", "--method", "x", "--out", "{NEW}"], "--method"), (["overhead", "--runs", "0", "--out", "{NEW}"], "--runs"),
     (["memory", "--out", "{W}/file.txt/sub"], "is a file"), (["overhead", "--out", "{W}/file.txt"], "is a file"),
+    (["epoch", "--out", "{W}/ds"], "inside a prepared"), (["comm", "--out", "{W}/ds/results"], "inside a prepared"),
+    (["tta", "--local", "--out", "{W}/plan"], "inside a gnnpipe partition plan"),
+    (["cluster", "--out", "{W}/ds/run", "--", "--dataset", "sbm"], "inside a prepared"),
+    (["cluster", "--sweep", "--out", "{W}/plan/sw"], "inside a gnnpipe partition plan"),
 ]
 
 

@@ -68,6 +68,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gnnpipe import cluster as CL
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
+from gnnpipe.cli import run_cli
 from gnnpipe.config import WIRE_FORMATS, ArgumentParser, parse_config
 from gnnpipe.cost import (WIRE_MIN_GAIN, ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict,
                           wire_choices, with_link)
@@ -652,8 +653,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``gnnpipe-bench cluster ...``; returns the exit status. Bad arguments and failures
     are one line (:func:`gnnpipe.cli.run_cli`)."""
-    from gnnpipe.cli import run_cli  # (the CLI layer: its SIGTERM handling and one-line errors)
-
     return run_cli(_entry, argv, prog="gnnpipe-bench cluster")
 
 

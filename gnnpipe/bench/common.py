@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import TrainConfig
 from gnnpipe.data.load import load_graph_for
+from gnnpipe.fsutil import protected_reason
 from gnnpipe.partition.plan import build_plan
 from gnnpipe.partition.volume import chunk_halo_sum as _count
 
@@ -64,6 +65,11 @@ def check_results_root(out: Path) -> None:
             if not anc.is_dir():
                 raise GnnpipeError(f"--out {out}: {anc} is a file; expected the results folder (default results/)")
             break
+    # (what counts is where its subfolders land: inside a dataset, a plan or the package is
+    # refused; a checkout's root is fine, its benchmark folders go below it)
+    why = protected_reason(out / "sub", include_self=False)
+    if why is not None:
+        raise GnnpipeError(f"--out {out}: {why}; benchmarks write no results there (default results/)")
 
 
 def check_only(only: Sequence[str] | None, known: Iterable[str], what: str) -> None:

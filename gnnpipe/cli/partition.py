@@ -227,6 +227,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     from gnnpipe.parallel.alloc import lean_allocator
 
     lean_allocator()
+    if args.seed < 0:  # (before the load, not from METIS after it)
+        raise GnnpipeError(f"--seed: expected an integer >= 0, got {args.seed}")
     _progress(f"loading {gdir}")
     graph = Graph.load(gdir)  # validates shapes and ranges
     for flag, v in (("--parts", args.parts), ("--chunks", args.chunks)):
@@ -241,7 +243,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
                          args.metis_mode, args.metis_budget)
 
     if not args.dry_run:
-        if (out.exists() or out.is_symlink()) and not is_our_output(out, "plan"):
+        if not (out.exists() or out.is_symlink()):
+            check_replaceable(out, "plan", args.force)  # a new folder: not inside a dataset or another plan
+        elif not is_our_output(out, "plan"):
             check_replaceable(out, "plan", args.force)  # refuses anything --force may not replace
         elif out.exists() and not args.force:
             old = read_plan_meta(out)

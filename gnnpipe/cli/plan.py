@@ -57,6 +57,7 @@ from gnnpipe.bench.epoch import repredict
 from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.config import WIRE_FORMATS
+from gnnpipe.fsutil import protected_reason
 from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_MIN_GAIN, GraphStats,
                           WireAccuracy, wire_accuracy_from_results, prior_for, ModelSpec, chunk_counts, feasible_topologies,
                           graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs, train_command,
@@ -329,6 +330,9 @@ def _check_out_file(out: Path) -> None:
     user wrote by hand, or any other file, is theirs)."""
     if out.is_dir():
         raise GnnpipeError(f"--out {out}: is a directory; give a file name")
+    why = protected_reason(out, include_self=False)
+    if why is not None:
+        raise GnnpipeError(f"--out {out}: {why}; choose another file")
     if out.is_symlink() or (out.exists() and not _written_by_calibrate(out)):
         raise GnnpipeError(f"--out {out}: exists and was not written by gnnpipe-plan calibrate; gnnpipe never "
                            "replaces a file of yours: choose another --out or move it away")
