@@ -120,15 +120,14 @@ class PipelineExecutor(Executor):
         :func:`gnnpipe.schedule.lower`: ``RECV_*`` waits for a receive that was posted at the
         start of the epoch (so transfers overlap compute), ``SEND_*`` posts a non-blocking
         send that is waited for only at the end of the epoch, ``F``/``B`` compute, ``OPT``
-        steps the optimizer. An exact epoch (``StaleOptions.exact_every``) runs the exact
-        stage: one chunk.
+        steps the optimizer. Each kind has one handler (:attr:`_HANDLERS`); the state they
+        share for the epoch is an :class:`_EpochRun`. An exact epoch
+        (``StaleOptions.exact_every``) runs the exact stage: one chunk.
         """
-        exact_epoch = self.opts.exact_epoch(epoch)
-        st = self.exact_stage if exact_epoch else self.stage
+        st = self.exact_stage if self.opts.exact_epoch(epoch) else self.stage
         C = len(st.chunks)
-        comm = self.comm
         t_start = time.perf_counter()
-        wait0 = wait_seconds(comm)
+        wait0 = wait_seconds(self.comm)
         order = chunk_order(C, epoch, self.seed, self.opts.shuffle and not self.opts.exact)
         schedule = lower(gnnpipe_schedule(self.S, order), self.S)
         # Every stage checks the whole epoch's schedule it is about to run (counts, pairing,
@@ -137,113 +136,115 @@ class PipelineExecutor(Executor):
         validate(schedule, self.S, C)
         actions = schedule[self.s]
         st.begin_epoch(epoch)
-        if epoch < self.opts.refresh_epochs and not exact_epoch:
+        if epoch < self.opts.refresh_epochs and st is self.stage:  # (an exact epoch's forward is exact)
             self._refresh(epoch)  # every stage, in stage order: before any chunk message of the epoch
         for p in self.params:
             p.grad = None
-        in_keys = self.carry_in_keys
-        out_keys = st.carry_out_keys
-        in_w = self._width(st.in_dim, in_keys)
-        out_w = self._width(st.out_dim, out_keys)
-        recvs: dict[tuple, tuple] = {}
-
-        def post(kind) -> None:
-            # Every receive of a phase is posted when the phase starts (transfers overlap
-            # compute); a phase's buffers total N rows. The gradient receives wait for the
-            # backward phase, so the two phases' buffers are not held together.
-            for a in actions:
-                if a.kind == kind == ActionKind.RECV_F:
-                    buf = self._recv_buffer(st.chunks[a.chunk].size, in_w)
-                    recvs[("F", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk))
-                elif a.kind == kind == ActionKind.RECV_B:
-                    buf = self._recv_buffer(st.chunks[a.chunk].size, out_w)
-                    recvs[("B", a.chunk)] = (buf, comm.irecv(buf, a.peer, tag=2 * a.chunk + 1))
-
-        post(ActionKind.RECV_F)
-        b_posted = False
-        sends = []
-        inbox: dict[tuple, tuple] = {}
-        outbox: dict[tuple, torch.Tensor] = {}
-        bubble = 0.0
-        # the epoch's loss and training counts add up on the device, read once at its end
-        loss_sum = torch.zeros((), dtype=torch.float64, device=st.device)
-        counts = torch.zeros(2, dtype=torch.int64, device=st.device)
-        spent = dict.fromkeys(ACTION_KINDS, 0.0)  # seconds by kind of work (EpochResult.actions)
-        clock = time.perf_counter
+        run = _EpochRun(st, epoch, actions, self._width(st.in_dim, self.carry_in_keys),
+                        self._width(st.out_dim, st.carry_out_keys))
+        self._post(run, ActionKind.RECV_F)
         for a in actions:
-            k = a.chunk
-            if not b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
-                b_posted = True
-                post(ActionKind.RECV_B)
-            if sends:  # a completed send's buffer is freed now, not at the epoch's end
-                live = []
-                for w in sends:
-                    if w.is_completed():
-                        w.wait()
-                    else:
-                        live.append(w)
-                sends = live
-            if a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
-                tag = "F" if a.kind == ActionKind.RECV_F else "B"
-                buf, work = recvs.pop((tag, k))
-                t0 = clock()
-                work.wait()
-                t1 = clock()
-                bubble += t1 - t0
-                spent["wait_recv"] += t1 - t0
-                d = st.in_dim if tag == "F" else st.out_dim
-                if self.wire.lossy:
-                    buf = self.wire.decode(buf, in_w if tag == "F" else out_w)
-                inbox[(tag, k)] = self._unpack(buf, d, in_keys if tag == "F" else out_keys)
-                spent["decode"] += clock() - t1
-            elif a.kind == ActionKind.F:
-                t0 = clock()
-                h_in, carry = inbox.pop(("F", k), (None, {}))
-                out, cout = st.forward_chunk(k, h_in, carry)
-                self._emit(out.detach())
-                t1 = clock()
-                spent["forward"] += t1 - t0
-                if st.is_last:
-                    counts += st.train_counts(k, out)
-                else:
-                    outbox[("F", k)] = self._encode(self._pack(out, cout, out_keys), st, k, epoch, False)
-                    spent["encode"] += clock() - t1
-            elif a.kind == ActionKind.B:
-                t0 = clock()
-                g_out, gcarry = inbox.pop(("B", k), (None, {}))
-                g_in, g_cin, l = st.backward_chunk(k, g_out, gcarry)
-                if l is not None:
-                    loss_sum += l
-                t1 = clock()
-                spent["backward"] += t1 - t0
-                if self.s > 0:
-                    outbox[("B", k)] = self._encode(self._pack(g_in, g_cin, in_keys), st, k, epoch, True)
-                    spent["encode"] += clock() - t1
-            elif a.kind == ActionKind.SEND_F:
-                sends.append(comm.isend(outbox.pop(("F", k)), a.peer, tag=2 * k, category="pipe_act"))
-            elif a.kind == ActionKind.SEND_B:
-                sends.append(comm.isend(outbox.pop(("B", k)), a.peer, tag=2 * k + 1, category="pipe_grad"))
-            elif a.kind == ActionKind.OPT:
-                t0 = clock()
-                for w in sends:
-                    w.wait()
-                t1 = clock()
-                bubble += t1 - t0
-                spent["wait_send"] += t1 - t0
-                sends.clear()
-                allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
-                self.opt.step()
-                spent["optimizer"] += clock() - t1
-            else:  # pragma: no cover - the generator emits no other kinds
+            if not run.b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
+                run.b_posted = True
+                self._post(run, ActionKind.RECV_B)
+            run.free_sends()
+            handler = self._HANDLERS.get(a.kind)
+            if handler is None:  # pragma: no cover - the generator emits no other kinds
                 raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
+            handler(self, run, a)
         st.end_epoch()
-        loss = float(loss_sum)  # (the epoch's one wait for the device)
-        correct, total = (int(c) for c in counts.tolist())
+        loss = float(run.loss_sum)  # (the epoch's one wait for the device)
+        correct, total = (int(c) for c in run.counts.tolist())
         wall = time.perf_counter() - t_start
-        comm_s = (wait_seconds(comm) - wait0) if hasattr(comm, "stats") else bubble
+        comm_s = (wait_seconds(self.comm) - wait0) if hasattr(self.comm, "stats") else run.bubble
+        spent = run.spent
         spent["gather"] = st.gather_s
         spent["other"] = max(0.0, wall - sum(v for k, v in spent.items() if k != "gather"))
-        return EpochResult(loss, correct, total, wall - comm_s, comm_s, bubble, spent)
+        return EpochResult(loss, correct, total, wall - comm_s, comm_s, run.bubble, spent)
+
+    # ------------------------------------------------------------------ action handlers
+    def _post(self, run: "_EpochRun", kind: ActionKind) -> None:
+        """Post every receive of a phase when the phase starts (transfers overlap compute);
+        a phase's buffers total N rows. The gradient receives wait for the backward phase,
+        so the two phases' buffers are not held together."""
+        for a in run.actions:
+            if a.kind == kind == ActionKind.RECV_F:
+                buf = self._recv_buffer(run.st.chunks[a.chunk].size, run.in_w)
+                run.recvs[("F", a.chunk)] = (buf, self.comm.irecv(buf, a.peer, tag=2 * a.chunk))
+            elif a.kind == kind == ActionKind.RECV_B:
+                buf = self._recv_buffer(run.st.chunks[a.chunk].size, run.out_w)
+                run.recvs[("B", a.chunk)] = (buf, self.comm.irecv(buf, a.peer, tag=2 * a.chunk + 1))
+
+    def _on_recv(self, run: "_EpochRun", a) -> None:
+        st, k = run.st, a.chunk
+        tag = "F" if a.kind == ActionKind.RECV_F else "B"
+        buf, work = run.recvs.pop((tag, k))
+        t0 = time.perf_counter()
+        work.wait()
+        t1 = time.perf_counter()
+        run.bubble += t1 - t0
+        run.spent["wait_recv"] += t1 - t0
+        d = st.in_dim if tag == "F" else st.out_dim
+        if self.wire.lossy:
+            buf = self.wire.decode(buf, run.in_w if tag == "F" else run.out_w)
+        run.inbox[(tag, k)] = self._unpack(buf, d, self.carry_in_keys if tag == "F" else st.carry_out_keys)
+        run.spent["decode"] += time.perf_counter() - t1
+
+    def _on_forward(self, run: "_EpochRun", a) -> None:
+        st, k = run.st, a.chunk
+        t0 = time.perf_counter()
+        h_in, carry = run.inbox.pop(("F", k), (None, {}))
+        out, cout = st.forward_chunk(k, h_in, carry)
+        self._emit(out.detach())
+        t1 = time.perf_counter()
+        run.spent["forward"] += t1 - t0
+        if st.is_last:
+            run.counts += st.train_counts(k, out)
+        else:
+            msg = self._pack(out, cout, st.carry_out_keys)
+            run.outbox[("F", k)] = self._encode(msg, st, k, run.epoch, False)
+            run.spent["encode"] += time.perf_counter() - t1
+
+    def _on_backward(self, run: "_EpochRun", a) -> None:
+        st, k = run.st, a.chunk
+        t0 = time.perf_counter()
+        g_out, gcarry = run.inbox.pop(("B", k), (None, {}))
+        g_in, g_cin, loss = st.backward_chunk(k, g_out, gcarry)
+        if loss is not None:
+            run.loss_sum += loss
+        t1 = time.perf_counter()
+        run.spent["backward"] += t1 - t0
+        if self.s > 0:
+            msg = self._pack(g_in, g_cin, self.carry_in_keys)
+            run.outbox[("B", k)] = self._encode(msg, st, k, run.epoch, True)
+            run.spent["encode"] += time.perf_counter() - t1
+
+    def _on_send_f(self, run: "_EpochRun", a) -> None:
+        run.sends.append(self.comm.isend(run.outbox.pop(("F", a.chunk)), a.peer, tag=2 * a.chunk,
+                                         category="pipe_act"))
+
+    def _on_send_b(self, run: "_EpochRun", a) -> None:
+        run.sends.append(self.comm.isend(run.outbox.pop(("B", a.chunk)), a.peer, tag=2 * a.chunk + 1,
+                                         category="pipe_grad"))
+
+    def _on_opt(self, run: "_EpochRun", a) -> None:
+        t0 = time.perf_counter()
+        for w in run.sends:
+            w.wait()
+        t1 = time.perf_counter()
+        run.bubble += t1 - t0
+        run.spent["wait_send"] += t1 - t0
+        run.sends.clear()
+        allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
+        self.opt.step()
+        run.spent["optimizer"] += time.perf_counter() - t1
+
+    _HANDLERS = {
+        ActionKind.RECV_F: _on_recv, ActionKind.RECV_B: _on_recv,
+        ActionKind.F: _on_forward, ActionKind.B: _on_backward,
+        ActionKind.SEND_F: _on_send_f, ActionKind.SEND_B: _on_send_b,
+        ActionKind.OPT: _on_opt,
+    }
 
     def state_dict(self) -> dict:
         """This stage's parameters, optimizer, and what the next epoch reads of the history:
@@ -314,3 +315,33 @@ class PipelineExecutor(Executor):
     def _refresh(self, epoch: int) -> None:
         """The history refresh before a training epoch (see :meth:`_eval_forward`)."""
         self._eval_forward(epoch, refresh=True)
+
+
+class _EpochRun:
+    """What the action handlers of one epoch share: the stage that runs it, the posted
+    receives, the chunks' arrived inputs (``inbox``) and messages waiting for their send
+    (``outbox``), the sends in flight, and the epoch's sums (loss and training counts stay
+    on the device until the end), bubble and seconds by kind of work."""
+
+    def __init__(self, st: PipelineStage, epoch: int, actions: list, in_w: int, out_w: int) -> None:
+        self.st, self.epoch, self.actions, self.in_w, self.out_w = st, epoch, actions, in_w, out_w
+        self.recvs: dict[tuple, tuple] = {}
+        self.inbox: dict[tuple, tuple] = {}
+        self.outbox: dict[tuple, torch.Tensor] = {}
+        self.sends: list = []
+        self.b_posted = False
+        self.bubble = 0.0
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=st.device)
+        self.counts = torch.zeros(2, dtype=torch.int64, device=st.device)
+        self.spent = dict.fromkeys(ACTION_KINDS, 0.0)  # seconds by kind of work (EpochResult.actions)
+
+    def free_sends(self) -> None:
+        """A completed send's buffer is freed now, not at the epoch's end."""
+        if self.sends:
+            live = []
+            for w in self.sends:
+                if w.is_completed():
+                    w.wait()
+                else:
+                    live.append(w)
+            self.sends = live
