@@ -136,6 +136,14 @@ OPTIONS = {
     "plan": ["sbm", "rmat", "reddit", "nope", "--world", "--layers", "--hidden", "--model", "gcnii", "--profile",
              "--stats", "--wire", "auto", "int8", "--accuracy-budget", "--exact", "--json", "--top", "--link-rate",
              "--chunk-factors", "--history-dtype", "validate", "--wire-accuracy", "--estimate-nodes"],
+    # gnnpipe-bench's tta and cluster (their runs replaced by a stub: a valid line launches
+    # nothing) and report
+    "bench": ["--config", "tiny", "squirrel-gcnii32", "--seeds", "--modes", "graph,pipeline", "pipeline,hybrid",
+              "--wires", "planner", "int8", "--rates", "unshaped,50mbit", "--local", "--timing-epochs", "--epochs",
+              "--timeout", "--plot", "--out", "--train-flags", "--exact-every 2", "--layers 0", "--quick", "--",
+              "--hosts", "--ranks-per-host", "--rate", "--delay", "1ms", "--launcher", "mpi", "--sweep", "--graphs",
+              "tiny,squirrel", "--models", "gcn", "--layers", "--hidden", "--network", "off", "--no-predict",
+              "--profile", "--dataset", "sbm", "--mode", "--doc", "--plots", "--only"],
     "train": ["--config", "tiny", "--mode", "--model", "--layers", "--hidden", "--epochs", "--stages", "--ways",
               "--chunks", "--parts", "--exact", "--wire", "--lr", "--dropout", "--seed", "--plan", "--dataset",
               "--snapshot-period", "--stop-at-val-acc", "--divergence-drop", "--history-dtype", "--device", "--out"],
@@ -148,9 +156,35 @@ def _argv(sub: str):
     return st.lists(st.one_of(st.sampled_from(OPTIONS[sub]), WORDS), max_size=6)
 
 
+class _Launched(Exception):
+    """A fuzzed gnnpipe-bench line got as far as starting its runs (accepted)."""
+
+
+def _launched(*_a, **_k):
+    raise _Launched
+
+
+def _bench_call(argv: list[str]):
+    from unittest import mock
+
+    from gnnpipe.bench import cli, cluster, tta
+
+    def call():
+        with mock.patch.object(tta, "run", _launched), mock.patch.object(cluster, "sweep", _launched), \
+                mock.patch.object(cluster, "run_job", _launched), mock.patch.object(cluster, "measure_link", _launched):
+            try:
+                return cli.main(argv)
+            except _Launched:
+                return 0
+    return call
+
+
 def _cli_call(sub: str, argv: list[str]):
     if sub == "train":  # parsing and validation only: a valid line would start training
         return lambda: parse_config(argv)
+    if sub == "bench":  # tta, cluster and report only: the others measure for minutes
+        argv = [["tta", "cluster", "report"][len(argv) % 3]] + [a for a in argv if a not in ("--cleanup", "--all")]
+        return _bench_call(argv)
     from gnnpipe.cli import data, partition, plan
 
     main = {"data": data.main, "partition": partition.main, "plan": plan.main}[sub]
