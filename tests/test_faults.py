@@ -327,6 +327,24 @@ def test_stopped_rank_torchrun_script_ends_naming_it(tmp_path, cleanup):
     assert_no_leftovers(out)
 
 
+@pytest.mark.parametrize("script,launcher_args", [("torchrun.sh", ["--nproc-per-node", "2"]), ("mpirun.sh", ["-n", "2"])])
+@pytest.mark.parametrize("bad", [["--lr", "nan"], ["--bogus"], ["--dataset", "nosuch"]])
+def test_bad_input_through_a_launcher_is_one_line(tmp_path, cleanup, script, launcher_args, bad):
+    """Through either launcher, gnnpipe-train's refusal is its one line and exit 2: rank 0
+    speaks (the other ranks wait a moment, so torchrun, which stops the job at the first exit,
+    does not kill rank 0 first), and the wrapper adds nothing of the launcher's."""
+    out = tmp_path / "run"
+    args = ["--dataset", "sbm", "--synth-nodes", "300", *bad, "--out", str(tmp_path / "never")]
+    p = start_script(script, launcher_args, args, out)
+    cleanup.append(p)
+    codes = wait_all([p], 120)
+    text = (out / "launcher.log").read_text(errors="replace")
+    lines = [ln for ln in text.splitlines() if ln.strip() and "] INFO " not in ln]
+    assert codes == [2], f"{script} {bad}: {codes}\n{text[-3000:]}"
+    assert len(lines) == 1 and lines[0].startswith("gnnpipe-train: error:"), text[-3000:]
+    assert not (tmp_path / "never").exists()
+
+
 # --------------------------------------------------------------------------- MPI (hydra)
 
 

@@ -17,6 +17,7 @@ import io
 import logging
 import os
 import sys
+import time
 import traceback
 from dataclasses import fields
 from pathlib import Path
@@ -140,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gnnpipe-train: error: {e}", file=sys.stderr)
         elif comm is not None and not isinstance(e, (SetupError, NonFiniteLossError, CheckpointWriteError, MetricsWriteError)):  # this rank's own failures (timeouts, dead peers)
             print(f"gnnpipe-train [rank {launch.rank}]: error: {e}", file=sys.stderr)
+        else:
+            let_rank0_speak()
         return 2
     except KeyboardInterrupt:
         print(f"gnnpipe-train [rank {launch.rank}]: interrupted", file=sys.stderr)
@@ -157,6 +160,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pass
 
 
+#: Seconds a silent rank waits before leaving on an error rank 0 reports.
+RANK0_GRACE_S = 2.0
+
+
+def let_rank0_speak() -> None:
+    """A rank other than 0 that leaves silently on an error every rank meets (a bad flag, a
+    missing dataset: rank 0 alone prints it) waits a moment first. A launcher that stops the
+    job at its first exit (torchrun) would otherwise kill rank 0 before its one line."""
+    if detect_launch().rank != 0:
+        time.sleep(RANK0_GRACE_S)
+
+
 def entry() -> None:
     """Console-script entry: exits without Python's teardown (see ``comm.exit_process``)."""
     # Deep residual stacks drift into denormals, which are ~10x slower on CPUs. Process-wide
@@ -168,6 +183,8 @@ def entry() -> None:
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
         rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+        if rc:
+            let_rank0_speak()  # (ranks other than 0 parsed silently)
     except BaseException:  # a bug: report it, then leave without teardown like any failure
         traceback.print_exc()
         rc = 1

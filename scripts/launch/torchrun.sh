@@ -82,18 +82,24 @@ cmd+=(-m gnnpipe.train "$@")
 
 # torchrun answers Ctrl-C, and a failed rank, with a Python traceback of its own agent;
 # this wrapper turns Ctrl-C into a one-line exit (the ranks print their own "interrupted"
-# line) and a failed rank into torchrun's table of failures alone (the ranks print why).
+# line), a refused input (the first rank to fail exited 2: gnnpipe-train printed its one
+# line; its other ranks wait a moment so that rank 0 is that one) into exit 2 with nothing added, and any other failure into torchrun's table of failures
+# alone (the ranks print why).
 quiet_torchrun='
-import sys
+import logging, sys
 from torch.distributed.run import main
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 sys.argv[0] = "torchrun"
+# its per-rank "failed (exitcode: N)" log line repeats what the ranks or the table say
+logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
 try:
     main()
 except SignalException as e:
     sys.exit(128 + int(e.sigval))
 except ChildFailedError as e:
+    if e.failures and e.get_first_failure()[1].exitcode == 2:
+        sys.exit(2)  # (the others were stopped by torchrun after it)
     print(e, file=sys.stderr)
     sys.exit(1)
 '
