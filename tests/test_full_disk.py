@@ -190,6 +190,21 @@ def test_partition_full_disk(tmp_path):
         assert sorted(x.name for x in mnt.iterdir()) == []
 
 
+def test_benchmark_results_on_a_full_disk_keep_the_earlier_ones(tmp_path):
+    """gnnpipe-bench writes its results and plots through a temp file and a rename: on a
+    full disk one line naming the file, no temp file, and the earlier summary still whole."""
+    from test_fuzz import _tta_dir  # (a small tta results folder)
+
+    with tmpfs(tmp_path / "mnt", size="256k") as mnt:
+        d = _tta_dir(mnt / "tta")
+        (d / "summary.md").write_text("earlier summary\n")
+        fill(mnt, leave=2 * 1024)
+        p = _cli("gnnpipe-bench", "tta", "--plot", str(d))
+        _one_line_error(p, str(d))
+        assert no_temp_left(mnt) == []
+        assert (d / "summary.md").read_text() == "earlier summary\n"
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("comm", ["mpi", "torch"])
 @pytest.mark.parametrize("where", ["metrics", "checkpoint"])

@@ -7,6 +7,7 @@ Nothing here prints; the CLI prints the tables these functions return.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import math
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import TrainConfig
 from gnnpipe.data.load import load_graph_for
-from gnnpipe.fsutil import protected_reason
+from gnnpipe.fsutil import atomic_write_bytes, protected_reason
 from gnnpipe.partition.plan import build_plan
 from gnnpipe.partition.volume import chunk_halo_sum as _count
 
@@ -415,15 +416,18 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]], summary_md: 
         for k, v in r.items():
             if k not in cols and not isinstance(v, (dict, list)):
                 cols.append(k)
-    with open(out_dir / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in cols})
+    # Each file through a temp file and a rename (fsutil): a full disk leaves the earlier
+    # results whole and says so in one line naming the file.
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k, "") for k in cols})
+    atomic_write_bytes(out_dir / "results.csv", buf.getvalue().encode())
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["gnnpipe-bench", *sys.argv[1:]]),
            **(dict(extra) if extra else {}), "rows": list(rows)}
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
-    (out_dir / "summary.md").write_text(summary_md.rstrip() + "\n")
+    atomic_write_bytes(out_dir / "results.json", (json.dumps(doc, indent=1, default=_json_default) + "\n").encode())
+    atomic_write_bytes(out_dir / "summary.md", (summary_md.rstrip() + "\n").encode())
 
 
 def _json_default(o: Any) -> Any:
@@ -501,8 +505,12 @@ def save_fig(fig, path: Path) -> Path:
     """Save (110 dpi, the whole figure: titles and outside legends included) and close."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.08)
-    pyplot().close(fig)
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=110, bbox_inches="tight", pad_inches=0.08)
+    finally:
+        pyplot().close(fig)
+    atomic_write_bytes(path, buf.getvalue())  # (a full disk: one line, the earlier plot kept)
     return path
 
 

@@ -7,6 +7,7 @@ exit with status 2; ``--debug`` (or ``GNNPIPE_DEBUG=1``) keeps the traceback. Ct
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -15,6 +16,10 @@ import threading
 from typing import Callable, Sequence
 
 from gnnpipe._base import GnnpipeError
+
+#: errno values that are the machine's state, not a bug: a full disk or quota, a read-only
+#: filesystem, no permission (one line from :func:`run_cli`, not a traceback).
+_MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 from gnnpipe.quiet import silence_for_process
 from gnnpipe.config import ArgumentParser  # noqa: F401  (every CLI's parser; defined low so config can use it)
 
@@ -77,3 +82,10 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
         except OSError:
             pass
         return 0
+    except OSError as e:
+        # The machine's fault, not a bug of ours: a full disk, a quota, a read-only or
+        # forbidden place met by a write that had no one-line message of its own.
+        if debug or e.errno not in _MACHINE_ERRNOS:
+            raise
+        print(f"{prog}: error: {e.filename or 'writing a file'}: {e.strerror or e}", file=sys.stderr)
+        return 2
