@@ -83,7 +83,8 @@ cmd+=(-m gnnpipe.train "$@")
 # torchrun answers Ctrl-C, and a failed rank, with a Python traceback of its own agent;
 # this wrapper turns Ctrl-C into a one-line exit (the ranks print their own "interrupted"
 # line), a refused input (the first rank to fail exited 2: gnnpipe-train printed its one
-# line; its other ranks wait a moment so that rank 0 is that one) into exit 2 with nothing added, and any other failure into torchrun's table of failures
+# line; its other ranks wait a moment so that rank 0 is that one; the rest exited 2 or were
+# stopped by torchrun) into exit 2 with nothing added, and any other failure into torchrun's table of failures
 # alone (the ranks print why).
 quiet_torchrun='
 import logging, sys
@@ -98,8 +99,9 @@ try:
 except SignalException as e:
     sys.exit(128 + int(e.sigval))
 except ChildFailedError as e:
-    if e.failures and e.get_first_failure()[1].exitcode == 2:
-        sys.exit(2)  # (the others were stopped by torchrun after it)
+    codes = [f.exitcode for f in e.failures.values()]
+    if e.failures and e.get_first_failure()[1].exitcode == 2 and all(c in (2, -15) for c in codes):
+        sys.exit(2)  # (the others exited 2 too, or torchrun stopped them after it: SIGTERM)
     print(e, file=sys.stderr)
     sys.exit(1)
 '
