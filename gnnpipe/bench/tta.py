@@ -238,10 +238,19 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
             for c in runs:
                 for e, v in zip(c["epochs"], c["val"]):
                     points.setdefault(e, []).append(100 * v)
-            xs = sorted(points)
-            t = [seconds_to(e + 1, epoch_s, r.get("exact_epoch_s"), r.get("exact_every", 0)) for e in xs]
+            def at(e: int) -> float:
+                return seconds_to(e + 1, epoch_s, r.get("exact_epoch_s"), r.get("exact_every", 0))
+
+            # The mean and range only while every seed still runs (a run stops at the target:
+            # a mean over the seeds left would jump); after that each seed's own thin line.
+            xs = sorted(e for e, vs in points.items() if len(vs) == len(runs))
             style = WIRE_STYLE.get(r["wire"], "o-")
             color = MODE_COLORS.get(r["mode"], "k")
+            for c in runs:
+                tail = [(e, v) for e, v in zip(c["epochs"], c["val"]) if not xs or e >= xs[-1]]
+                if len(tail) > 1:
+                    ax.plot([at(e) for e, _ in tail], [100 * v for _, v in tail], "-", color=color, lw=0.7, alpha=0.6)
+            t = [at(e) for e in xs]
             (h,) = ax.plot(t, [statistics.mean(points[e]) for e in xs], style, color=color, ms=3, lw=1.4)
             ax.fill_between(t, [min(points[e]) for e in xs], [max(points[e]) for e in xs], color=color, alpha=0.15)
             label = f"{r['mode']} {r['wire']}" + (f", exact every {r['exact_every']}" if r.get("exact_every") else "")
