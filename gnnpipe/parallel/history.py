@@ -71,9 +71,6 @@ class History:
     def __contains__(self, pos: int) -> bool:
         return pos in self.hist
 
-    def __bool__(self) -> bool:
-        return bool(self.hist)
-
     # ------------------------------------------------------------------ phases
     def begin_epoch(self, epoch: int) -> None:
         """Start of epoch ``epoch``: with a snapshot, ``H ← S`` (and ``R ← RS``), and ``G``
