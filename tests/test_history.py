@@ -1,4 +1,4 @@
-"""The history buffers' rules (gnnpipe.parallel.history.History), driven in one process,
+"""The history buffers' rules (gnnpipe.parallel.pipeline.history.History), driven in one process,
 rule by rule: no model, no chunks, no communication."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.parallel.history import History
+from gnnpipe.parallel.pipeline.history import History
 
 
 def _history(snapshot_period=0, grad_fix=True, halo_rows=None):

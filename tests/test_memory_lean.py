@@ -26,7 +26,7 @@ from gnnpipe.data import synthetic
 from gnnpipe.models import ModelConfig, RunCtx, build_model, ops
 from gnnpipe.parallel.chunks import ChunkInfo, ChunkNeighbours, build_chunks
 from gnnpipe.parallel.executor import StaleOptions
-from gnnpipe.parallel.stage import PipelineStage
+from gnnpipe.parallel.pipeline.stage import PipelineStage
 from gnnpipe.partition import build_plan, relabel_graph
 
 TESTS = Path(__file__).resolve().parent

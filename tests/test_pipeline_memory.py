@@ -28,7 +28,7 @@ from gnnpipe.models import ModelConfig, build_model  # noqa: E402
 from gnnpipe.parallel.build import first_stage_features  # noqa: E402
 from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
 from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
-from gnnpipe.parallel.stage import PipelineStage  # noqa: E402
+from gnnpipe.parallel.pipeline.stage import PipelineStage  # noqa: E402
 from gnnpipe.partition import build_plan, part_halo, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402

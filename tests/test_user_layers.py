@@ -22,7 +22,7 @@ from torch_geometric.nn import GCN2Conv, GCNConv, GraphConv
 import gnnpipe
 from gnnpipe.data import synthetic
 from gnnpipe.models.user import UserChain, UserLayerUnit, Layer
-from gnnpipe.parallel.stage import carry_keys_after
+from gnnpipe.parallel.pipeline.stage import carry_keys_after
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]

@@ -273,7 +273,7 @@ def measure_units(gemm_flops_s: float, spmm_edge_width_s: float, quick: bool = F
 
 
 def measure_chunk_path(quick: bool = False, dev: torch.device | None = None) -> dict:
-    """The pipeline's per-chunk history path, as :class:`gnnpipe.parallel.stage.PipelineStage`
+    """The pipeline's per-chunk history path, as :class:`gnnpipe.parallel.pipeline.stage.PipelineStage`
     runs it per aggregating unit: write the chunk's rows into the history, gather the
     out-of-chunk rows (``index_select``), concatenate, and in backward ``index_add_`` their
     gradients. Fits ``time = chunk_overhead_s + bytes / gather_bytes_s`` over sizes, with

@@ -448,7 +448,7 @@ def pipeline_span(busy: Sequence, t_b: Sequence, C: int) -> tuple:
 
 def epoch_input_transform(model: str, u, stats: GraphStats, chunks: int) -> bool:
     """Whether a pipeline stage transforms unit ``u``'s input once per epoch instead of per
-    chunk (:class:`gnnpipe.parallel.stage.PipelineStage`): the model's first unit, gcn or gat
+    chunk (:class:`gnnpipe.parallel.pipeline.stage.PipelineStage`): the model's first unit, gcn or gat
     transforming first, on dense features, with more than one chunk."""
     return (u.reads_features and u.aggregates and u.gemm_on_src and model in ("gcn", "gat")
             and stats.sparse_nnz is None and chunks > 1)

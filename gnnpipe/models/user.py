@@ -232,7 +232,7 @@ class UserLayerUnit(Unit):
         self.kind = layer.kind
         self.aggregates = layer.kind != "rows"
         self.reads, self.writes = layer.reads, layer.writes
-        # parallel.stage.carry_keys_after: what must travel into a stage starting here
+        # parallel.pipeline.stage.carry_keys_after: what must travel into a stage starting here
         self.carry_keys = self.carry_reads = layer.reads
         self.carry_writes = (layer.writes,) if layer.writes else ()
         self.act = act

@@ -1,6 +1,6 @@
 """One-process reference semantics of GNNPipe's stale pipeline (the tests' oracle).
 
-Written independently of :mod:`gnnpipe.parallel.stage` and :mod:`gnnpipe.parallel.runtime` on purpose: no stages, no chunk
+Written independently of :mod:`gnnpipe.parallel.pipeline.stage` and :mod:`gnnpipe.parallel.pipeline.runtime` on purpose: no stages, no chunk
 blocks with compacted neighbour lists, no communication. Each chunk aggregates over a block
 whose sources are *all* N nodes; the history of every aggregating unit is a full [N, d]
 matrix; cross-chunk gradients are read off the gradient of that whole matrix. The rules are

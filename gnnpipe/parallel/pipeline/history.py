@@ -1,5 +1,5 @@
 """A pipeline stage's history buffers and their epoch phases (rules 2–4 of
-:mod:`gnnpipe.parallel.stage`).
+:mod:`gnnpipe.parallel.pipeline.stage`).
 
 Per aggregating unit position ``u`` whose input is trained, with ``R`` rows (every node, or
 a hybrid way's own part):

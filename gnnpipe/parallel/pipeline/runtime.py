@@ -3,7 +3,7 @@
 Each rank (stage) runs :class:`PipelineExecutor`, which takes its list from
 :func:`gnnpipe.schedule.lower` of :func:`gnnpipe.schedule.gnnpipe_schedule`, checked by
 :func:`gnnpipe.schedule.validate`, and executes it action by action: ``F``/``B`` call the
-:class:`gnnpipe.parallel.stage.PipelineStage`'s compute, ``SEND_*``/``RECV_*`` move chunk
+:class:`gnnpipe.parallel.pipeline.stage.PipelineStage`'s compute, ``SEND_*``/``RECV_*`` move chunk
 activations (and GCNII's ``h0``) and their gradients between neighbour stages, ``OPT``
 all-reduces the weight gradients across ways and steps the optimizer. Only chunk
 activations travel between stages; no halo exchange.
@@ -28,7 +28,7 @@ from gnnpipe.dims import ParallelDims
 from gnnpipe.models import RunCtx
 from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, StaleOptions, allreduce_grads,
                                        reduce_accuracies, split_counts, wait_seconds)
-from gnnpipe.parallel.stage import PipelineStage
+from gnnpipe.parallel.pipeline.stage import PipelineStage
 from gnnpipe.parallel.wire import FLOAT32, KIND_PIPE, Wire, message_site
 from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, validate
 

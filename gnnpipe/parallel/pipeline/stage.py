@@ -1,7 +1,7 @@
 """One pipeline stage's compute: its units over each chunk, with history buffers.
 
 A stage owns a contiguous block of the model's units and runs it over its way's chunks. It
-never communicates: the runtime (:mod:`gnnpipe.parallel.runtime`) moves chunk activations
+never communicates: the runtime (:mod:`gnnpipe.parallel.pipeline.runtime`) moves chunk activations
 between stages, and the rows of a chunk's neighbours outside the chunk come from a
 :class:`NeighbourSource` that whoever builds the stage hands in: the stage's own history
 (:class:`LocalHistory`) or, in hybrid mode, the link to the other ways
@@ -80,7 +80,7 @@ from gnnpipe.parallel.chunks import ChunkInfo
 from gnnpipe.parallel.executor import StaleOptions
 from gnnpipe.parallel.features import feature_rows
 from gnnpipe.parallel.halo import acc_rows
-from gnnpipe.parallel.history import History
+from gnnpipe.parallel.pipeline.history import History
 
 
 def carry_keys_after(units, start: int) -> tuple[str, ...]:
@@ -299,7 +299,7 @@ class PipelineStage:
 
     The history buffers of every aggregating unit whose input is trained (``H``, ``G``,
     ``S`` and, with a source that has remote rows, ``R``, ``GR``, ``RS``) and their epoch
-    phases are :attr:`history`'s (:class:`gnnpipe.parallel.history.History`).
+    phases are :attr:`history`'s (:class:`gnnpipe.parallel.pipeline.history.History`).
     """
 
     def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
