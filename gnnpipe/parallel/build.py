@@ -31,7 +31,8 @@ from gnnpipe.parallel.graph import GraphParallelExecutor
 from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.halo import build_way_link
 from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
-from gnnpipe.parallel.pipeline.stage import LocalHistory, PipelineStage, carry_keys_after
+from gnnpipe.parallel.pipeline.sources import LocalHistory
+from gnnpipe.parallel.pipeline.stage import PipelineStage, carry_keys_after
 from gnnpipe.parallel.wire import FLOAT32, Wire
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.predict import stage_blocks

@@ -197,7 +197,7 @@ def acc_rows(buf: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
 class WayLink:
     """How one stage of one way reaches the same stage of the other ways (hybrid mode).
 
-    The hybrid's :class:`gnnpipe.parallel.pipeline.stage.NeighbourSource`. Every way processes its
+    The hybrid's :class:`gnnpipe.parallel.pipeline.sources.NeighbourSource`. Every way processes its
     local chunk ``k`` at the same slot of the epoch (one chunk order for all ways).
 
     Exact hybrid (one chunk per way): :meth:`with_fresh` exchanges the whole part's halo

@@ -1,10 +1,10 @@
 """One pipeline stage's compute: its units over each chunk, with history buffers.
 
 A stage owns a contiguous block of the model's units and runs it over its way's chunks. It
-never communicates: the runtime (:mod:`gnnpipe.parallel.pipeline.runtime`) moves chunk activations
-between stages, and the rows of a chunk's neighbours outside the chunk come from a
-:class:`NeighbourSource` that whoever builds the stage hands in: the stage's own history
-(:class:`LocalHistory`) or, in hybrid mode, the link to the other ways
+never communicates: the runtime (:mod:`.runtime`) moves chunk activations between stages,
+and the rows of a chunk's neighbours outside the chunk come from a neighbour source
+(:mod:`.sources`) that whoever builds the stage hands in: the stage's own history
+(``LocalHistory``) or, in hybrid mode, the link to the other ways
 (:class:`gnnpipe.parallel.halo.WayLink`).
 
 Semantics of one epoch (identical on every stage; :mod:`gnnpipe.parallel.reference` is an
@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -79,8 +78,9 @@ from gnnpipe.models import RunCtx, accuracy_counts, loss_fn, ops
 from gnnpipe.parallel.chunks import ChunkInfo
 from gnnpipe.parallel.executor import StaleOptions
 from gnnpipe.parallel.features import feature_rows
-from gnnpipe.parallel.halo import acc_rows
+from gnnpipe.parallel.pipeline.autograd import GradSink, InjectGrad, Root, Sunk
 from gnnpipe.parallel.pipeline.history import History
+from gnnpipe.parallel.pipeline.sources import LocalHistory, NeighbourSource
 
 
 def carry_keys_after(units, start: int) -> tuple[str, ...]:
@@ -108,165 +108,18 @@ def _is_dense(x) -> bool:
     return x is not None and not sp.issparse(x) and not (isinstance(x, torch.Tensor) and x.layout != torch.strided)
 
 
-class _GradSink:
-    """Receives the gradient of rows that entered autograd through :class:`_Sunk`."""
-
-    __slots__ = ("anchor", "grad")
-
-    def __init__(self) -> None:
-        self.anchor = torch.empty(0, requires_grad=True)
-        self.grad: torch.Tensor | None = None
-
-
-class _Sunk(torch.autograd.Function):
-    """Rows made by ``make()`` (or the tensor ``x``) whose gradient lands in a :class:`_GradSink`.
-
-    A requires-grad leaf would do the same, but autograd keeps a leaf (and its data) alive
-    until the backward; here nothing is kept: whether the rows stay alive is up to the
-    units that read them. Used for a chunk's neighbour rows gathered from history (m·d_in
-    values per unit and chunk) and for the activations a stage receives. The gradient is
-    the same tensor the leaf's ``.grad`` would hold.
-    """
-
-    @staticmethod
-    def forward(ctx, anchor, x, make, sink):  # type: ignore[override]
-        ctx.sink = sink
-        return x.view_as(x) if x is not None else make()
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        ctx.sink.grad = g if ctx.sink.grad is None else ctx.sink.grad + g
-        return None, None, None, None
-
-
-class _InjectGrad(torch.autograd.Function):
-    """Identity on a unit's input ``h`` of chunk ``k``; its backward adds the fresh
-    cross-chunk gradient ``G_u[chunk rows] · grad_scale``, read at backward time (``G_u``
-    changes only after a chunk's backward, so this equals injecting it as an extra
-    backward root when the backward starts, without keeping ``h`` alive until then)."""
-
-    @staticmethod
-    def forward(ctx, h, stage, pos, k):  # type: ignore[override]
-        ctx.stage, ctx.pos, ctx.k = stage, pos, k
-        return h.view_as(h)
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        return ctx.stage._fresh_grad(ctx.pos, ctx.k, g), None, None, None
-
-
-class _Root(torch.autograd.Function):
-    """A 0-d backward root standing for a stage's chunk outputs: its backward hands each
-    output the gradient put in ``box`` (the next stage's), so the stage keeps this root
-    until the chunk's backward instead of the outputs and their data."""
-
-    @staticmethod
-    def forward(ctx, box, *outs):  # type: ignore[override]
-        ctx.box = box
-        return outs[0].new_zeros(())
-
-    @staticmethod
-    def backward(ctx, _g):  # type: ignore[override]
-        grads = ctx.box
-        ctx.box = None
-        return (None, *grads)
-
-
 @dataclass
 class _ChunkState:
-    nbr_leaves: list = field(default_factory=list)  # (unit position, _GradSink of neighbour rows)
-    h_in: _GradSink | None = None                   # gradient of the received rows
-    carry_in: dict = field(default_factory=dict)    # key -> _GradSink
+    nbr_leaves: list = field(default_factory=list)  # (unit position, GradSink of neighbour rows)
+    h_in: GradSink | None = None                   # gradient of the received rows
+    carry_in: dict = field(default_factory=dict)    # key -> GradSink
     h_in_shape: tuple = ()
-    root: torch.Tensor | None = None                # _Root over the outputs (not on the last stage)
+    root: torch.Tensor | None = None                # Root over the outputs (not on the last stage)
     out_req: list = field(default_factory=list)     # which outputs the root stands for: None (h) / carry keys
     box: list = field(default_factory=list)         # their gradients, filled at backward
     loss: torch.Tensor | None = None
-    z_sink: _GradSink | None = None                 # gradient of the chunk's rows of the epoch's input transform
+    z_sink: GradSink | None = None                 # gradient of the chunk's rows of the epoch's input transform
     z_piece: tuple | None = None                    # (rows, their transform) first transformed by this chunk
-
-
-class NeighbourSource(Protocol):
-    """Where a stage's chunks read their out-of-chunk neighbour rows, and where those rows'
-    gradients go.
-
-    Row ``r`` of the history buffers handed in (``buf``, ``gacc``) is node ``row0 + r``. A
-    source may also need a *remote* buffer per aggregating unit (``rbuf``, ``R_u``, with
-    its gradient twin ``gremote``, ``GR_u``): rows that other processes own, which it keeps
-    up to date through :meth:`push`. The stage allocates, snapshots and restores these
-    buffers exactly as it does the history (so a checkpoint holds them); the source only
-    fills them.
-
-    Attributes:
-        row0: the first node of the history buffers' rows.
-        rows: rows of the history buffers (None: every node of the graph).
-        halo_rows: rows of the remote buffers (None: the source needs none).
-        fresh: the rows are exchanged fresh inside autograd (:meth:`with_fresh`; exact
-            hybrid), so the stage keeps no history.
-        collective: :meth:`push` and :meth:`before_backward` are collectives every way
-            must enter in the same order, even with no rows to move: :meth:`push` at every
-            aggregating unit whose input is trained, in every chunk's forward and once per
-            such unit in evaluation; :meth:`before_backward` at every chunk's backward (so
-            such a source needs history buffers on every such unit).
-    """
-
-    row0: int
-    rows: int | None
-    halo_rows: int | None
-    fresh: bool
-    collective: bool
-
-    def push(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int | None,
-             category: str = "halo_fwd", epoch: int | None = None, unit: int = 0) -> None:
-        """Bring ``rbuf`` up to date with chunk ``k``'s rows of ``buf`` (every chunk's: None,
-        evaluation), just written; called before :meth:`read` of the same unit. ``epoch``
-        (training only) and ``unit`` (the global unit index) key a lossy wire format."""
-
-    def read(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int) -> torch.Tensor:
-        """float32 [m_k, d]: chunk k's neighbour rows, in its ``nbr_ids`` order (no
-        communication)."""
-
-    def return_grads(self, gacc: torch.Tensor, gremote: torch.Tensor | None, grad: torch.Tensor, k: int) -> None:
-        """Add chunk k's neighbour-row gradients into ``gacc`` (rows of ``buf``) or
-        ``gremote`` (rows of ``rbuf``) (no communication)."""
-
-    def before_backward(self, k: int, gacc: dict, gremote: dict, epoch: int | None = None,
-                        unit0: int = 0) -> None:
-        """At chunk k's backward, before its autograd backward: deliver what ``gremote``
-        (per unit position) holds for chunk k's rows into their owners' ``gacc``
-        (``unit0``: the global index of position 0, a wire key with ``epoch``)."""
-
-    def with_fresh(self, h: torch.Tensor, epoch: int | None = None, unit: int = 0) -> torch.Tensor:
-        """``[h; neighbour rows]`` exchanged inside autograd (fresh sources only)."""
-
-
-class LocalHistory:
-    """One way: every neighbour row lives in this stage's own buffers (row = node id); no
-    remote buffers, nothing to push or deliver."""
-
-    row0 = 0
-    rows = None
-    halo_rows = None
-    fresh = False
-    collective = False
-
-    def __init__(self, chunks: list[ChunkInfo]) -> None:
-        self.chunks = chunks
-
-    def push(self, buf, rbuf, k, category: str = "halo_fwd", epoch=None, unit: int = 0) -> None:
-        pass
-
-    def read(self, buf: torch.Tensor, rbuf, k: int) -> torch.Tensor:
-        return buf.index_select(0, self.chunks[k].nbr_ids).float()
-
-    def return_grads(self, gacc: torch.Tensor, gremote, grad: torch.Tensor, k: int) -> None:
-        acc_rows(gacc, self.chunks[k].nbr_ids, grad)
-
-    def before_backward(self, k: int, gacc: dict, gremote: dict, epoch=None, unit0: int = 0) -> None:
-        pass
-
-    def with_fresh(self, h: torch.Tensor, epoch=None, unit: int = 0) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError("a stage's own history is never fresh")
 
 
 class PipelineStage:
@@ -447,7 +300,7 @@ class PipelineStage:
         self._reset_transform()
 
     def _fresh_grad(self, pos: int, k: int, g: torch.Tensor) -> torch.Tensor:
-        """``g`` plus chunk k's rows of G_u times grad_scale (see :class:`_InjectGrad`)."""
+        """``g`` plus chunk k's rows of G_u times grad_scale (see :class:`InjectGrad`)."""
         ch = self.chunks[k]
         rows = self.history.gacc[pos][ch.lo - self.row0 : ch.hi - self.row0]
         return g + rows.float() * self.opts.grad_scale
@@ -472,17 +325,17 @@ class PipelineStage:
         if self.first_unit == 0:
             h = self.x_dst_rows(k)
         elif training:
-            st.h_in = _GradSink()
+            st.h_in = GradSink()
             st.h_in_shape = tuple(h_in.shape)
-            h = _Sunk.apply(st.h_in.anchor, h_in.detach(), None, st.h_in)
+            h = Sunk.apply(st.h_in.anchor, h_in.detach(), None, st.h_in)
         else:
             h = h_in
         carry = {}
         for key, t in carry_in.items():
             if training:
-                sink = _GradSink()
+                sink = GradSink()
                 st.carry_in[key] = (sink, tuple(t.shape))
-                carry[key] = _Sunk.apply(sink.anchor, t.detach(), None, sink)
+                carry[key] = Sunk.apply(sink.anchor, t.detach(), None, sink)
             else:
                 carry[key] = t
         r0 = self.row0
@@ -504,7 +357,7 @@ class PipelineStage:
                     if training:
                         hist[ch.lo - r0 : ch.hi - r0] = h.detach()
                         if self.opts.grad_fix and h.requires_grad:
-                            h = _InjectGrad.apply(h, self, pos, k)
+                            h = InjectGrad.apply(h, self, pos, k)
                     m = ch.nbr_ids.numel()
                     rbuf = self.history.remote.get(pos)
                     if training:  # (a collective: every way, every unit, even with m = 0)
@@ -514,8 +367,8 @@ class PipelineStage:
                     if not m and rbuf is None:  # (rule 8's exact stage: it only writes the history)
                         h_src = h
                     elif training and self.opts.grad_fix and m:
-                        sink = _GradSink()
-                        nbr = _Sunk.apply(sink.anchor, None, make, sink)
+                        sink = GradSink()
+                        nbr = Sunk.apply(sink.anchor, None, make, sink)
                         st.nbr_leaves.append((pos, sink))
                         h_src = torch.cat([h, nbr], dim=0)
                     else:
@@ -535,7 +388,7 @@ class PipelineStage:
             if outs:
                 st.out_req = [key for key, _ in outs]
                 st.box = []
-                st.root = _Root.apply(st.box, *[t for _, t in outs])
+                st.root = Root.apply(st.box, *[t for _, t in outs])
         if training:
             self.state[k] = st
         return h, carry_out
@@ -556,9 +409,9 @@ class PipelineStage:
             self._zd.index_copy_(0, rows, z.detach())
             st.z_piece = (rows, z)
         ids = self.x_src_ids[k]
-        st.z_sink = sink = _GradSink()
+        st.z_sink = sink = GradSink()
         t0 = time.perf_counter()
-        z_src = _Sunk.apply(sink.anchor, None, lambda: self._zd.index_select(0, ids), sink)
+        z_src = Sunk.apply(sink.anchor, None, lambda: self._zd.index_select(0, ids), sink)
         self.gather_s += time.perf_counter() - t0
         return u.forward_transformed(z_src, carry, ctx, self.chunks[k].block)
 
