@@ -26,7 +26,8 @@ from gnnpipe.data import synthetic
 from gnnpipe.models import ModelConfig, RunCtx, build_model, ops
 from gnnpipe.parallel.chunks import ChunkInfo, ChunkNeighbours, build_chunks
 from gnnpipe.parallel.executor import StaleOptions
-from gnnpipe.parallel.pipeline.stage import PipelineStage
+from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
+from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits
 from gnnpipe.partition import build_plan, relabel_graph
 
 TESTS = Path(__file__).resolve().parent
@@ -88,15 +89,17 @@ def test_hybrid_way_builds_only_its_own_blocks():
 def _stage(rg, plan, model, a, b, x=True):
     chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, rg.degrees().astype(np.float32), orig=plan.perm)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    return PipelineStage(list(model.units)[a:b], a, chunks, rg.num_nodes, rg.features if a == 0 else None,
-                         rg.labels, None, masks, 100, b == len(model.units), StaleOptions(), seed=0)
+    last = b == len(model.units)
+    return PipelineStage(StageUnits.of(model.units, a, b), chunks, rg.num_nodes, StaleOptions(), seed=0,
+                         features=StageFeatures(rg.features, chunks, model.units[0], "cpu") if a == 0 else None,
+                         targets=StageTargets(rg.labels, masks, 100, False, "cpu") if last else None)
 
 
 def test_stage_keeps_no_neighbour_copies_and_cross_chunk_gradients_arrive():
     g, plan, rg = _stage_setup()
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     st = _stage(rg, plan, model, 0, 2)
-    assert st.x is not None and not st.x_src  # features gathered per chunk from one copy
+    assert st.features.x is not None and not st.features.x_src  # features gathered per chunk from one copy
     st.begin_epoch(0)
     outs = [st.forward_chunk(k, None, {})[0] for k in range(4)]
     for k in range(4):

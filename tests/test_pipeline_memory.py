@@ -28,7 +28,8 @@ from gnnpipe.models import ModelConfig, build_model  # noqa: E402
 from gnnpipe.parallel.build import first_stage_features  # noqa: E402
 from gnnpipe.parallel.chunks import build_chunks  # noqa: E402
 from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
-from gnnpipe.parallel.pipeline.stage import PipelineStage  # noqa: E402
+from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets  # noqa: E402
+from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits  # noqa: E402
 from gnnpipe.partition import build_plan, part_halo, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
@@ -43,9 +44,8 @@ def _middle_stage(snapshot_period: int, hist_dtype=torch.float32):
     rg = relabel_graph(g, plan)
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=4, hidden=16), seed=0)
     chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr, rg.degrees().astype(np.float32), orig=plan.perm)
-    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    return PipelineStage(list(model.units)[1:3], 1, chunks, rg.num_nodes, None, rg.labels, None, masks, 100,
-                         False, StaleOptions(snapshot_period=snapshot_period), seed=0, hist_dtype=hist_dtype)
+    return PipelineStage(StageUnits.of(model.units, 1, 3), chunks, rg.num_nodes,
+                         StaleOptions(snapshot_period=snapshot_period), seed=0, hist_dtype=hist_dtype)
 
 
 def _tensors(obj) -> list:
@@ -158,8 +158,9 @@ def test_hybrid_way_history_rows_are_its_part():
     link = build_way_link(None, plan, chunks_all, 1, 3, exact=False)
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    st = PipelineStage(list(model.units)[1:], 1, chunks_all[3:], rg.num_nodes, None, rg.labels, None, masks, 100,
-                       True, StaleOptions(snapshot_period=1), seed=0, source=link)
+    st = PipelineStage(StageUnits.of(model.units, 1, len(model.units)), chunks_all[3:], rg.num_nodes,
+                       StaleOptions(snapshot_period=1), seed=0, targets=StageTargets(rg.labels, masks, 100, False, "cpu"),
+                       source=link)
     lo, hi = int(plan.part_ptr[1]), int(plan.part_ptr[2])
     assert st.row0 == lo and all(h.shape[0] == hi - lo < rg.num_nodes for h in st.history.hist.values())
     for k in range(3):
@@ -250,9 +251,9 @@ def test_first_stage_features_one_way_and_hybrid():
     ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
     rg = relabel_graph(g, plan)
     feats = torch.from_numpy(np.asarray(rg.features))
-    assert torch.equal(ex.stage.x, feats)
+    assert torch.equal(ex.stage.features.x, feats)
     for k in range(4):
-        assert torch.equal(ex.stage.x_src_rows(k), feats[ex.stage.chunks[k].src_ids()])
+        assert torch.equal(ex.stage.features.src_rows(k), feats[ex.stage.chunks[k].src_ids()])
 
     plan = build_plan(g, parts=2, chunks=3, method="random", seed=0)
     rg = relabel_graph(g, plan)
@@ -263,9 +264,10 @@ def test_first_stage_features_one_way_and_hybrid():
     assert np.array_equal(rows, read), "a hybrid way's first stage holds exactly the rows its chunks read"
     model = build_model(ModelConfig("gcn", g.num_features, g.num_classes, layers=3, hidden=16), seed=0)
     masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    st = PipelineStage(list(model.units), 0, chunks, rg.num_nodes, x, rg.labels, None, masks, 100, True,
-                       StaleOptions(), seed=0, x_rows=rows)
-    assert st.x.shape[0] == rows.size < g.num_nodes
+    st = PipelineStage(StageUnits.of(model.units, 0, len(model.units)), chunks, rg.num_nodes, StaleOptions(), seed=0,
+                       features=StageFeatures(x, chunks, model.units[0], "cpu", x_rows=rows),
+                       targets=StageTargets(rg.labels, masks, 100, False, "cpu"))
+    assert st.features.x.shape[0] == rows.size < g.num_nodes
     for k, ch in enumerate(chunks):
-        assert torch.equal(st.x_dst_rows(k), feats[ch.lo : ch.hi])
-        assert torch.equal(st.x_src_rows(k), feats[ch.src_ids()])
+        assert torch.equal(st.features.dst_rows(k), feats[ch.lo : ch.hi])
+        assert torch.equal(st.features.src_rows(k), feats[ch.src_ids()])

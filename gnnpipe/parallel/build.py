@@ -32,7 +32,8 @@ from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.halo import build_way_link
 from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
 from gnnpipe.parallel.pipeline.sources import LocalHistory
-from gnnpipe.parallel.pipeline.stage import PipelineStage, carry_keys_after
+from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
+from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits
 from gnnpipe.parallel.wire import FLOAT32, Wire
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.predict import stage_blocks
@@ -159,36 +160,34 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     # the stage's neighbour rows: its own history, or the other ways' through the link
     source = (build_way_link(cross, plan, chunks_all, way, C, opts.exact, wire, device) if D > 1
               else LocalHistory(chunks))
-    is_last = s_idx == S - 1
-    masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
-    out_keys = carry_keys_after(units, b) if not is_last else ()
-    in_keys = carry_keys_after(units, a) if s_idx > 0 else ()
+    block = StageUnits.of(units, a, b)
     host_chunks = chunks_all[way * C : (way + 1) * C]  # (the ids, read on the host)
     x, x_rows = first_stage_features(features, plan, host_chunks, whole=D == 1) if a == 0 else (None, None)
     if x is not None and not sp.issparse(x):
         x = torch.from_numpy(x).to(device)  # (one copy, shared by the exact stage below)
-    stage = PipelineStage(units[a:b], a, chunks, rg.num_nodes, x,
-                          rg.labels, None, masks, num_train, is_last, opts, seed,
-                          multilabel=graph.multilabel, carry_out_keys=out_keys, source=source,
-                          hist_dtype=getattr(torch, history_dtype), x_rows=x_rows, device=device)
+    targets = None
+    if s_idx == S - 1:
+        masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
+        targets = StageTargets(rg.labels, masks, num_train, graph.multilabel, device)
+    feats = StageFeatures(x, chunks, units[0], device, x_rows) if a == 0 else None
+    stage = PipelineStage(block, chunks, rg.num_nodes, opts, seed, features=feats, targets=targets,
+                          source=source, hist_dtype=getattr(torch, history_dtype))
     exact_stage = None
     if opts.exact_every:  # stage.py rule 8: the same units over one chunk, writing this history
         if D > 1:
             raise GnnpipeError("internal: exact_every is built for one way (pipeline mode)")
-        whole = build_chunk(rg.indptr, rg.indices, deg, 0, rg.num_nodes, 0, plan.perm).to(device)
-        exact_stage = PipelineStage(units[a:b], a, [whole], rg.num_nodes, x,
-                                    rg.labels, None, masks, num_train, is_last, StaleOptions.resolve(True), seed,
-                                    multilabel=graph.multilabel, carry_out_keys=out_keys,
-                                    source=LocalHistory([whole]), x_rows=x_rows, device=device,
-                                    history=stage.history)
+        whole = [build_chunk(rg.indptr, rg.indices, deg, 0, rg.num_nodes, 0, plan.perm).to(device)]
+        exact_stage = PipelineStage(block, whole, rg.num_nodes, StaleOptions.resolve(True), seed,
+                                    features=StageFeatures(x, whole, units[0], device, x_rows) if a == 0 else None,
+                                    targets=targets, source=LocalHistory(whole), history=stage.history)
     for u in units[a:b]:
         u.to(device)  # (before the optimizer is built over the parameters)
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = optimizer(params) if params else _NoOpt()
-    ex = PipelineExecutor(pipe, stage, params, opt, S, in_keys, mcfg.hidden, opts, seed,
-                          cross=cross, world=comm, dims=dims, wire=wire, exact_stage=exact_stage)
+    ex = PipelineExecutor(pipe, stage, opt, dims, mcfg.hidden, cross=cross, world=comm, wire=wire,
+                          exact_stage=exact_stage)
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
-             way, s_idx, a, b, len(units), len(chunks), in_keys, out_keys)
+             way, s_idx, a, b, len(units), len(chunks), block.carry_in, block.carry_out)
     return ex
 
 

@@ -42,6 +42,11 @@ class ChunkInfo:
         """int64 [num_src] the relabelled id of each src row: the chunk's nodes, then ``nbr_ids``."""
         return torch.cat([torch.arange(self.lo, self.hi, dtype=torch.int64, device=self.nbr_ids.device), self.nbr_ids])
 
+    @property
+    def device(self) -> torch.device:
+        """Where the chunk's block and neighbour ids are."""
+        return self.nbr_ids.device
+
     def to(self, device: torch.device | str) -> "ChunkInfo":
         """This chunk with its block and neighbour ids on ``device``."""
         return ChunkInfo(self.index, self.lo, self.hi, self.nbr_ids.to(device), self.block.to(device))

@@ -26,8 +26,8 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import RunCtx
-from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, StaleOptions, allreduce_grads,
-                                       reduce_accuracies, split_counts, wait_seconds)
+from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, allreduce_grads,
+                                       reduce_accuracies, wait_seconds)
 from gnnpipe.parallel.pipeline.stage import PipelineStage
 from gnnpipe.parallel.wire import FLOAT32, KIND_PIPE, Wire, message_site
 from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, validate
@@ -41,41 +41,39 @@ class PipelineExecutor(Executor):
 
     Args:
         comm: communicator of this pipeline (ranks = stages, in order).
+        stage: the :class:`PipelineStage` of this rank (its units, the carry that arrives
+            with each chunk, its staleness rules and seed).
+        optimizer: over this stage's parameters.
+        dims: the layout (``dims.stages`` stages per way).
+        carry_dim: the width of each carry tensor (the model's hidden width).
         cross: hybrid mode: the stage communicator across ways (weight all-reduce).
         world: the world communicator (evaluation counts); ``comm`` by default.
-        stage: the :class:`PipelineStage` of this rank.
-        model: the whole model (this rank only steps its own units' parameters).
-        optimizer: over this stage's parameters.
-        carry_in_keys / carry_dims: what arrives with each chunk from the previous stage.
         wire: the wire format of training chunk messages (float32 by default).
         exact_stage: with ``opts.exact_every``, the stage of the exact epochs (the same units
             over one chunk spanning the whole graph, writing ``stage``'s history).
     """
 
-    def __init__(self, comm, stage: PipelineStage, params, optimizer, num_stages: int,
-                 carry_in_keys: tuple, carry_dim: int, opts: StaleOptions, seed: int,
-                 cross=None, world=None, dims: ParallelDims | None = None, wire: Wire = FLOAT32,
-                 exact_stage: PipelineStage | None = None) -> None:
-        if opts.exact_every and exact_stage is None:
+    def __init__(self, comm, stage: PipelineStage, optimizer, dims: ParallelDims, carry_dim: int,
+                 cross=None, world=None, wire: Wire = FLOAT32, exact_stage: PipelineStage | None = None) -> None:
+        if stage.opts.exact_every and exact_stage is None:
             raise GnnpipeError("internal: exact_every without the stage of the exact epochs")
         self.exact_stage = exact_stage
         self.comm = comm
         self.cross = cross
         self.world = world if world is not None else comm
         self.stage = stage
-        self.params = list(params)
+        self.params = [p for u in stage.units for p in u.parameters()]
         self.opt = optimizer
-        self.S = num_stages
+        self.S = dims.stages
         self.s = comm.rank
-        self.carry_in_keys = tuple(carry_in_keys)
+        self.carry_in_keys = stage.block.carry_in
         self.carry_dim = carry_dim
-        self.opts = opts
-        self.seed = seed
+        self.opts = stage.opts
+        self.seed = stage.seed
         self.wire = wire
         self.C = len(stage.chunks)
         self.device = stage.device
-        ways = cross.world_size if cross is not None else 1
-        self.dims = dims or ParallelDims("hybrid" if ways > 1 else "pipeline", ways=ways, stages=num_stages, chunks=self.C)
+        self.dims = dims
 
     # one message per chunk and direction: [h | carry...] concatenated along columns
     def _pack(self, h: torch.Tensor, carry: dict, keys: tuple) -> torch.Tensor:
@@ -285,9 +283,7 @@ class PipelineExecutor(Executor):
             cout = {k: carry[k] for k in st.carry_out_keys}
             comm.send(self._pack(out, cout, st.carry_out_keys), self.s + 1, tag=_EVAL_TAG, category="eval")
         else:
-            lo = st.chunks[0].lo
-            hi = lo + out.shape[0]
-            counts = split_counts(out, st.labels[lo:hi], {k: m[lo:hi] for k, m in st.masks.items()}, st.multilabel)
+            counts = st.eval_counts(out)
         return reduce_accuracies(counts, self.world)
 
     def _eval_forward(self, epoch: int, refresh: bool = False) -> tuple[torch.Tensor, dict]:

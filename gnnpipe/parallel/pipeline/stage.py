@@ -68,18 +68,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-import scipy.sparse as sp
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.device import upload
-from gnnpipe.models import RunCtx, accuracy_counts, loss_fn, ops
+from gnnpipe.models import RunCtx, ops
 from gnnpipe.parallel.chunks import ChunkInfo
 from gnnpipe.parallel.executor import StaleOptions
-from gnnpipe.parallel.features import feature_rows
 from gnnpipe.parallel.pipeline.autograd import GradSink, InjectGrad, Root, Sunk
 from gnnpipe.parallel.pipeline.history import History
+from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
 from gnnpipe.parallel.pipeline.sources import LocalHistory, NeighbourSource
 
 
@@ -104,8 +101,23 @@ def carry_keys_after(units, start: int) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _is_dense(x) -> bool:
-    return x is not None and not sp.issparse(x) and not (isinstance(x, torch.Tensor) and x.layout != torch.strided)
+@dataclass(frozen=True)
+class StageUnits:
+    """A stage's contiguous block of the model's units: ``units`` are the model's units
+    ``first, first + 1, ...``; ``carry_in`` / ``carry_out`` the cross-layer tensors that
+    arrive with each chunk from the previous stage and leave with it for the next."""
+
+    units: tuple
+    first: int
+    carry_in: tuple = ()
+    carry_out: tuple = ()
+
+    @classmethod
+    def of(cls, model_units, a: int, b: int) -> "StageUnits":
+        """Units ``[a, b)`` of a model's units, with what they receive and hand on."""
+        units = list(model_units)
+        return cls(tuple(units[a:b]), a, carry_keys_after(units, a) if a > 0 else (),
+                   carry_keys_after(units, b) if b < len(units) else ())
 
 
 @dataclass
@@ -118,8 +130,6 @@ class _ChunkState:
     out_req: list = field(default_factory=list)     # which outputs the root stands for: None (h) / carry keys
     box: list = field(default_factory=list)         # their gradients, filled at backward
     loss: torch.Tensor | None = None
-    z_sink: GradSink | None = None                 # gradient of the chunk's rows of the epoch's input transform
-    z_piece: tuple | None = None                    # (rows, their transform) first transformed by this chunk
 
 
 class PipelineStage:
@@ -129,23 +139,23 @@ class PipelineStage:
     and tests can drive it directly.
 
     Args:
-        units: this stage's units (a slice of ``model.units``), in order.
-        first_unit: index of ``units[0]`` in the whole model (0 means the stage reads features).
-        chunks: every chunk's :class:`ChunkInfo`.
+        block: this stage's units (:class:`StageUnits`: a slice of ``model.units``, its
+            first unit's index in the model, the carry it receives and hands on).
+        chunks: every chunk's :class:`ChunkInfo`, on the device where the stage computes
+            (its buffers are made there).
         num_nodes: N.
-        x: input features (only used when ``first_unit == 0``): dense [N, F] tensor, or scipy
-            CSR / dense ndarray.
-        labels, train_mask: only used on the last stage (``is_last``).
-        num_train_global: loss normaliser (training nodes in the whole graph).
-        carry_out_keys: carry tensors to hand to the next stage.
+        opts: the staleness rules (:class:`StaleOptions`).
+        seed: the run's seed (dropout masks).
+        features: the first stage's input rows (:class:`StageFeatures`; required when
+            ``block.first == 0``).
+        targets: the last stage's labels and masks (:class:`StageTargets`); the stage with
+            targets is the last, computing the loss.
         source: where the chunks' out-of-chunk neighbour rows come from: this stage's own
-            history (:class:`LocalHistory`, the default) or, in hybrid mode, the link to the
+            history (``LocalHistory``, the default) or, in hybrid mode, the link to the
             other ways (:class:`gnnpipe.parallel.halo.WayLink`). The stage itself never
             communicates; whoever builds it chooses the source.
         hist_dtype: storage dtype of the history, cross-chunk gradient and snapshot buffers
             (reads upcast to float32, writes round).
-        device: where the stage computes: its labels, masks, features and every buffer are
-            made there (the chunks, the units and the source are placed by the builder).
         history: another stage's :class:`History` to write (rule 8: the exact stage of
             ``exact_every`` writes the stale stage's history; it reads none, its one chunk
             having no neighbour outside it); by default the stage allocates its own.
@@ -155,119 +165,48 @@ class PipelineStage:
     phases are :attr:`history`'s (:class:`gnnpipe.parallel.pipeline.history.History`).
     """
 
-    def __init__(self, units, first_unit: int, chunks: list[ChunkInfo], num_nodes: int, x,
-                 labels, train_mask, masks: dict, num_train_global: int, is_last: bool,
-                 opts: StaleOptions, seed: int, multilabel: bool = False,
-                 carry_out_keys: tuple = (), source: NeighbourSource | None = None,
-                 hist_dtype: torch.dtype = torch.float32, x_rows: np.ndarray | None = None,
-                 device: torch.device | str = "cpu", history: History | None = None) -> None:
-        self.device = dev = torch.device(device)
-        self.units = list(units)
+    def __init__(self, block: StageUnits, chunks: list[ChunkInfo], num_nodes: int, opts: StaleOptions,
+                 seed: int, *, features: StageFeatures | None = None, targets: StageTargets | None = None,
+                 source: NeighbourSource | None = None, hist_dtype: torch.dtype = torch.float32,
+                 history: History | None = None) -> None:
+        if (block.first == 0) != (features is not None):
+            raise GnnpipeError(f"internal: a stage from unit {block.first} "
+                               f"{'needs' if block.first == 0 else 'reads no'} input features")
+        self.device = dev = chunks[0].device
+        self.block = block
+        self.units = list(block.units)
+        self.first_unit = block.first
+        self.carry_out_keys = block.carry_out
+        self.features = features
+        self.targets = targets
+        self.is_last = targets is not None
         self.source = source if source is not None else LocalHistory(chunks)
-        self.first_unit = first_unit
         self.chunks = chunks
         self.N = int(num_nodes)
-        self.is_last = is_last
         self.opts = opts
         self.seed = seed
-        self.multilabel = multilabel
-        self.num_train_global = max(int(num_train_global), 1)
-        self.carry_out_keys = tuple(carry_out_keys)
-        self.labels = torch.as_tensor(np.asarray(labels)).to(dev) if labels is not None else None
-        self.masks = {k: torch.as_tensor(np.asarray(v, dtype=bool)).to(dev) for k, v in masks.items()}
-        self.train_mask = (self.masks.get("train") if train_mask is None
-                           else torch.as_tensor(np.asarray(train_mask, dtype=bool)).to(dev))
-        # Units whose input is the constant features (only unit 0 of the model) need no history.
-        # Row r of a buffer is node row0 + r: every node with one way, a way's own part in
-        # hybrid mode (see WayLink).
-        self.hist_dtype = hist_dtype
         # With several chunks a node's row is read by every chunk it neighbours: its dropout
         # masks are hashed once per unit and epoch, for the forward phase (ops.KeepMaskCache),
         # where the chunks' source rows outnumber the nodes (the cost model assumes the same).
         src_rows = sum(ch.block.num_src for ch in chunks)
         self.keep_masks = ops.KeepMaskCache(self.N) if len(chunks) > 1 and src_rows > self.N else None
         self.gather_s = 0.0
+        # Row r of a buffer is node row0 + r: every node with one way, a way's own part in
+        # hybrid mode (see WayLink).
         self.row0 = self.source.row0
         self.rows = self.source.rows if self.source.rows is not None else self.N
-        # A fresh source (exact hybrid) exchanges current rows: no history. A collective one
-        # (stale hybrid) needs buffers on every unit so that every way's exchanges line up.
+        # Units whose input is the constant features (only unit 0 of the model) need no
+        # history. A fresh source (exact hybrid) exchanges current rows: no history. A
+        # collective one (stale hybrid) needs buffers on every unit so that every way's
+        # exchanges line up.
         has_nbrs = any(ch.nbr_ids.numel() for ch in chunks)
         keeps_history = not self.source.fresh and (has_nbrs or self.source.collective)
         dims = {pos: u.in_dim for pos, u in enumerate(self.units)
-                if u.aggregates and not (first_unit == 0 and pos == 0) and keeps_history}
+                if u.aggregates and not (self.first_unit == 0 and pos == 0) and keeps_history}
         self.history = history if history is not None else History(
             dims, self.rows, self.source.halo_rows, opts.grad_fix, opts.snapshot_period, hist_dtype, dev)
-        self.x_dst: list = []
-        self.x_src: list = []
-        # Dense features stay one [N, F] tensor: a chunk's dst rows are a view of it and its
-        # src rows are gathered when the chunk runs (keeping every chunk's src rows would
-        # hold Σ_k |src(k)| ≈ 3-5·N rows). Sparse features keep per-chunk copies.
-        # ``x_rows`` (sorted relabelled ids of x's rows; None: all N) lets a hybrid way hold
-        # only the rows its chunks read.
-        self.x: torch.Tensor | None = None
-        self.x_src_ids: list = []  # per chunk, the rows of ``self.x`` its first unit reads
-        self.x_dst_off: list = []  # per chunk, the row of ``self.x`` of its first node
-
-        def pos(ids):
-            ids = np.asarray(ids, dtype=np.int64)
-            return ids if x_rows is None else np.searchsorted(x_rows, ids)
-
-        if first_unit == 0 and _is_dense(x):
-            self.x = (x if isinstance(x, torch.Tensor)
-                      else torch.from_numpy(np.ascontiguousarray(np.asarray(x), dtype=np.float32))).to(dev)
-            host_src = [pos(ch.src_ids().cpu().numpy()) for ch in chunks]
-            self.x_src_ids = [torch.from_numpy(ids).to(dev) for ids in host_src]
-            self.x_dst_off = [int(pos([ch.lo])[0]) for ch in chunks]
-        elif first_unit == 0:
-            for ch in chunks:
-                ids = np.arange(ch.lo, ch.hi, dtype=np.int64)
-                self.x_dst.append(feature_rows(x, pos(ids)).to(dev))
-                if self.units[0].aggregates:
-                    self.x_src.append(feature_rows(x, pos(np.concatenate([ids, ch.nbr_ids.cpu().numpy()]))).to(dev))
         self.state: dict[int, _ChunkState] = {}
         self.epoch = 0
-        # The epoch's input transform. A first unit that transforms its input row by row
-        # before aggregating (GCN/GAT wider in than out: ConvUnit.can_transform_input) would
-        # compute drop(x) W for every chunk's source rows: Σ_k |src(k)| rows, 4.9·N on
-        # Squirrel with 16 chunks, each row the same in every chunk (W changes once per
-        # epoch, the dropout masks are per node). So the stage transforms each row once per
-        # epoch, when the first chunk that reads it runs forward (its "piece" of rows: the
-        # work spreads over the chunks as the per-chunk transform's did, rather than stalling
-        # the pipeline's fill with all of it at once); each chunk reads its rows of the
-        # result, and their gradients add up in one [rows, d] buffer. Chunks run backward in
-        # the reverse of their forward order, so when chunk k's backward is done every chunk
-        # that reads its piece's rows (k and those after it) has added its gradient: the
-        # piece's backward through the transform then gives its share of W's gradient. The
-        # same sums in another order. Training only; one chunk (exact mode) and sparse
-        # features keep the unit's own path.
-        self.x_gid: torch.Tensor | None = None
-        self._zd = self._gz = None  # this epoch's transformed rows, their gradients
-        self._zdone: np.ndarray | None = None  # rows transformed this epoch (host: no device sync)
-        self._x_src_host: list[np.ndarray] = []
-        u0 = self.units[0] if self.units else None
-        if (self.x is not None and len(chunks) > 1 and u0 is not None and u0.aggregates
-                and callable(getattr(u0, "can_transform_input", None)) and u0.can_transform_input(self.x)):
-            gid = torch.full((self.x.shape[0],), -1, dtype=torch.int64, device=dev)
-            for ch, ids in zip(chunks, self.x_src_ids):
-                gid[ids] = ch.block.src_gid.to(device=dev, dtype=torch.int64)
-            if bool((gid >= 0).all()):  # every row is some chunk's (else: the unit's path)
-                self.x_gid = gid
-                rows_x = self.x.shape[0]
-                self._zd = torch.zeros(rows_x, u0.out_dim, device=dev)
-                self._gz = torch.zeros(rows_x, u0.out_dim, device=dev)
-                self._zdone = np.zeros(rows_x, dtype=bool)
-                self._x_src_host = host_src  # (read back from the device never)
-
-    def x_dst_rows(self, k: int) -> torch.Tensor:
-        """Chunk k's own feature rows (first stage)."""
-        if self.x is None:
-            return self.x_dst[k]
-        off = self.x_dst_off[k]
-        return self.x[off : off + self.chunks[k].size]
-
-    def x_src_rows(self, k: int) -> torch.Tensor:
-        """Chunk k's feature rows of its block's sources (first stage)."""
-        return self.x_src[k] if self.x is None else self.x.index_select(0, self.x_src_ids[k])
 
     @property
     def in_dim(self) -> int:
@@ -280,7 +219,8 @@ class PipelineStage:
     # ------------------------------------------------------------------ epoch
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
-        self._reset_transform()
+        if self.features is not None:
+            self.features.reset()
         self.gather_s = 0.0  # seconds reading neighbour rows this epoch (EpochResult.actions)
         self.state.clear()
         if self.keep_masks is not None:
@@ -297,7 +237,8 @@ class PipelineStage:
         self.begin_backward()  # (a no-op after any backward)
         self.history.end_epoch()  # drops the gradients of rows whose chunk already ran backward
         self.state.clear()
-        self._reset_transform()
+        if self.features is not None:
+            self.features.reset()
 
     def _fresh_grad(self, pos: int, k: int, g: torch.Tensor) -> torch.Tensor:
         """``g`` plus chunk k's rows of G_u times grad_scale (see :class:`InjectGrad`)."""
@@ -323,7 +264,7 @@ class PipelineStage:
         ctx = RunCtx(training=training, epoch=self.epoch, seed=self.seed, masks=self.keep_masks)
         st = _ChunkState()
         if self.first_unit == 0:
-            h = self.x_dst_rows(k)
+            h = self.features.dst_rows(k)
         elif training:
             st.h_in = GradSink()
             st.h_in_shape = tuple(h_in.shape)
@@ -340,11 +281,12 @@ class PipelineStage:
                 carry[key] = t
         r0 = self.row0
         for pos, u in enumerate(self.units):
-            if u.aggregates and self.first_unit == 0 and pos == 0 and training and self.x_gid is not None:
-                h, carry = self._forward_transformed(k, u, carry, ctx, st)
+            if u.aggregates and self.first_unit == 0 and pos == 0 and training and self.features.transforms:
+                h, carry, gather_s = self.features.forward_transformed(k, u, carry, ctx)
+                self.gather_s += gather_s
             elif u.aggregates:
                 if self.first_unit == 0 and pos == 0:
-                    h_src = self.x_src_rows(k)
+                    h_src = self.features.src_rows(k)
                 elif self.source.fresh:
                     # exact hybrid: the whole part is one chunk; halo rows are exchanged fresh
                     # and their gradients return inside autograd, as in graph parallelism.
@@ -379,9 +321,7 @@ class PipelineStage:
                 h, carry = u(h, carry, ctx, block=ch.block)
         carry_out = {key: carry[key] for key in self.carry_out_keys}
         if self.is_last and training:
-            mask = self.train_mask[ch.lo : ch.hi]
-            st.loss = loss_fn(h, self.labels[ch.lo : ch.hi], mask, multilabel=self.multilabel,
-                              normalizer=self.num_train_global)
+            st.loss = self.targets.loss(ch, h)
         elif training:
             outs = [(None, h)] + list(carry_out.items())
             outs = [(key, t) for key, t in outs if t.requires_grad]
@@ -392,28 +332,6 @@ class PipelineStage:
         if training:
             self.state[k] = st
         return h, carry_out
-
-    def _reset_transform(self) -> None:
-        if self._zdone is not None:
-            self._zdone[:] = False
-            self._gz.zero_()
-
-    def _forward_transformed(self, k: int, u, carry: dict, ctx: RunCtx, st: _ChunkState):
-        """The first unit on chunk k through the epoch's input transform (see __init__)."""
-        host = self._x_src_host[k]
-        new = host[~self._zdone[host]]  # this chunk's rows no earlier chunk transformed
-        if new.size:
-            self._zdone[new] = True
-            rows = upload(new, self.device)  # host-chosen rows: no read of the device
-            z = u.transform_input(self.x.index_select(0, rows), self.x_gid.index_select(0, rows), ctx)
-            self._zd.index_copy_(0, rows, z.detach())
-            st.z_piece = (rows, z)
-        ids = self.x_src_ids[k]
-        st.z_sink = sink = GradSink()
-        t0 = time.perf_counter()
-        z_src = Sunk.apply(sink.anchor, None, lambda: self._zd.index_select(0, ids), sink)
-        self.gather_s += time.perf_counter() - t0
-        return u.forward_transformed(z_src, carry, ctx, self.chunks[k].block)
 
     def backward_chunk(self, k: int, grad_out: torch.Tensor | None, grad_carry: dict):
         """Backward of chunk ``k``; returns (grad of the chunk's input rows, grads of carry_in)."""
@@ -431,11 +349,8 @@ class PipelineStage:
         for pos, sink in st.nbr_leaves:
             if sink.grad is not None:
                 self.source.return_grads(hy.gacc[pos], hy.gremote.get(pos), sink.grad, k)
-        if st.z_sink is not None and st.z_sink.grad is not None:
-            self._gz.index_add_(0, self.x_src_ids[k], st.z_sink.grad)
-        if st.z_piece is not None:  # every reader of the piece's rows is done: W's share
-            rows, z = st.z_piece
-            torch.autograd.backward([z], [self._gz.index_select(0, rows)])
+        if self.features is not None and self.features.transforms:
+            self.features.backward(k)
         grad_in = None
         if st.h_in is not None:
             grad_in = st.h_in.grad if st.h_in.grad is not None else torch.zeros(st.h_in_shape, device=self.device)
@@ -493,11 +408,11 @@ class PipelineStage:
                 for k, ch in enumerate(self.chunks):
                     a, b = ch.lo - base, ch.hi - base
                     features = self.first_unit == 0 and pos == 0
-                    hk = self.x_dst_rows(k) if features else h[a:b]
+                    hk = self.features.dst_rows(k) if features else h[a:b]
                     ck = {key: v[a:b] for key, v in carry.items()}
                     if u.aggregates:
                         if features:
-                            h_src = self.x_src_rows(k)
+                            h_src = self.features.src_rows(k)
                         elif refresh and pos not in hy:  # no neighbour outside the chunk
                             h_src = hk
                         else:
@@ -543,6 +458,9 @@ class PipelineStage:
 
     def train_counts(self, k: int, logits: torch.Tensor) -> torch.Tensor:
         """int64 [2] (correct, total) of chunk k's training rows, on the device (no host sync)."""
-        ch = self.chunks[k]
-        return accuracy_counts(logits.detach(), self.labels[ch.lo : ch.hi], self.train_mask[ch.lo : ch.hi],
-                               multilabel=self.multilabel, as_tensor=True)
+        return self.targets.train_counts(self.chunks[k], logits)
+
+    def eval_counts(self, logits: torch.Tensor) -> list[int]:
+        """``[correct, total]`` per split of the whole part's rows (the last stage's
+        :meth:`forward_whole` output)."""
+        return self.targets.split_counts(logits, self.chunks[0].lo)
