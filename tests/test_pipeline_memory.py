@@ -149,7 +149,7 @@ def test_hybrid_buffers_hold_only_the_ways_rows_and_bfloat16_trains():
 
 
 def test_hybrid_way_history_rows_are_its_part():
-    from gnnpipe.parallel.halo import build_way_link
+    from gnnpipe.parallel.pipeline.waylink import build_way_link
 
     g = synthetic.sbm(num_nodes=600, num_classes=3, avg_degree=6.0, num_features=12, seed=1)
     plan = build_plan(g, parts=2, chunks=3, method="random", seed=0)

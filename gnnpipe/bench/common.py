@@ -551,7 +551,7 @@ def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "
     chunk k's nodes, on the plan ``gnnpipe-train`` builds (same method and seed).
 
     The rows of other ways the hybrid's chunks read per exchanged layer; they travel once
-    per way (:class:`gnnpipe.parallel.halo.WayLink`), so the hybrid's halo bytes follow
+    per way (:class:`gnnpipe.parallel.pipeline.waylink.WayLink`), so the hybrid's halo bytes follow
     Σ_w M_w instead (:func:`gnnpipe.partition.volume.hybrid_bytes`) and this sum over it
     is what per-chunk exchanges would send. The count is
     :func:`gnnpipe.partition.volume.chunk_halo_sum` on the plan.

@@ -29,11 +29,11 @@ from gnnpipe.parallel.executor import Executor, StaleOptions
 from gnnpipe.parallel.features import gather_feature_rows
 from gnnpipe.parallel.graph import GraphParallelExecutor
 from gnnpipe.parallel.groups import build_groups
-from gnnpipe.parallel.halo import build_way_link
+from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
 from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
 from gnnpipe.parallel.pipeline.sources import LocalHistory
-from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
 from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits
+from gnnpipe.parallel.pipeline.waylink import build_way_link
 from gnnpipe.parallel.wire import FLOAT32, Wire
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.predict import stage_blocks

@@ -12,7 +12,7 @@ one unit, the result does not depend on how units are split into stages: the dis
 runtime with any number of stages must reproduce it.
 
 With ``ways`` (the hybrid), it is also the oracle of the stale hybrid's link between ways
-(:class:`gnnpipe.parallel.halo.WayLink`), sharing no code with it: there is one history
+(:class:`gnnpipe.parallel.pipeline.waylink.WayLink`), sharing no code with it: there is one history
 ``H`` of every node and one gradient matrix ``G``, no remote-row buffers and nothing sent.
 A neighbour row in another way is read straight from ``H`` when the slot aggregates (fresh
 if its chunk ran this epoch, this slot included; last epoch's or the snapshot's

@@ -180,7 +180,7 @@ def hybrid_bytes(
     :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways, at every exchanged
     aggregation layer (:func:`exchanged_layers`), whichever stage runs it, each boundary
     vertex travels once forward to each way that needs it and its gradient once back, per
-    epoch, however many chunks of that way read it (``gnnpipe.parallel.halo.WayLink``:
+    epoch, however many chunks of that way read it (``gnnpipe.parallel.pipeline.waylink.WayLink``:
     pushed at its owner's slot into the reader's remote-row buffer, gradients batched until
     the owner's backward slot; the exact hybrid exchanges the same rows inside autograd).
     The halo term is therefore :func:`graph_parallel_bytes` of the same ``D`` parts,

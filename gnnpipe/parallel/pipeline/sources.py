@@ -2,7 +2,7 @@
 
 :class:`NeighbourSource` is the protocol; :class:`LocalHistory` is one way's source (every
 row in the stage's own history buffers); the hybrid's is
-:class:`gnnpipe.parallel.halo.WayLink`, which moves the other ways' rows. The stage never
+:class:`gnnpipe.parallel.pipeline.waylink.WayLink`, which moves the other ways' rows. The stage never
 communicates: whoever builds it chooses its source.
 """
 

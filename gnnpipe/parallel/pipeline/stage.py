@@ -5,7 +5,7 @@ never communicates: the runtime (:mod:`.runtime`) moves chunk activations betwee
 and the rows of a chunk's neighbours outside the chunk come from a neighbour source
 (:mod:`.sources`) that whoever builds the stage hands in: the stage's own history
 (``LocalHistory``) or, in hybrid mode, the link to the other ways
-(:class:`gnnpipe.parallel.halo.WayLink`).
+(:class:`gnnpipe.parallel.pipeline.waylink.WayLink`).
 
 Semantics of one epoch (identical on every stage; :mod:`gnnpipe.parallel.reference` is an
 independent one-process implementation of the same rules, used as the tests' oracle):
@@ -49,7 +49,7 @@ independent one-process implementation of the same rules, used as the tests' ora
    way is fresh if its owner's chunk ran forward this epoch (this slot included), one epoch
    old (or the snapshot's) otherwise; its gradient counts if produced at an earlier
    backward slot than its chunk's. How the rows and gradients travel (each boundary row
-   once per unit and epoch in each direction) is :class:`gnnpipe.parallel.halo.WayLink`'s.
+   once per unit and epoch in each direction) is :class:`gnnpipe.parallel.pipeline.waylink.WayLink`'s.
 8. **Exact epochs** (``exact_every`` N; 0 = off; pipeline mode). Epochs ``e`` with
    ``e % N == 0`` run as exact mode does (rule 6: one chunk spanning the whole graph, run
    by a second stage over the same units), with two differences: the epoch still passes
@@ -152,7 +152,7 @@ class PipelineStage:
             targets is the last, computing the loss.
         source: where the chunks' out-of-chunk neighbour rows come from: this stage's own
             history (``LocalHistory``, the default) or, in hybrid mode, the link to the
-            other ways (:class:`gnnpipe.parallel.halo.WayLink`). The stage itself never
+            other ways (:class:`gnnpipe.parallel.pipeline.waylink.WayLink`). The stage itself never
             communicates; whoever builds it chooses the source.
         hist_dtype: storage dtype of the history, cross-chunk gradient and snapshot buffers
             (reads upcast to float32, writes round).
