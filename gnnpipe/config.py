@@ -23,7 +23,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import MODES
 from gnnpipe.extras import require_dgl
 
-#: The wire formats of ``--wire`` (:mod:`gnnpipe.parallel.wire` encodes them and re-exports
+#: The wire formats of ``--wire`` (:mod:`gnnpipe.wire` encodes them and re-exports
 #: this tuple).
 WIRE_FORMATS = ("float32", "bfloat16", "int8", "int4")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Micro-benchmark of the wire codec (gnnpipe.parallel.wire): is compression worth its cost?
+"""Micro-benchmark of the wire codec (gnnpipe.wire): is compression worth its cost?
 
 For a [rows, dim] float32 message (default 100000 x 128, a large halo or chunk), prints per
 wire format the best (and median) encode and decode times, throughput (rows/s and MB/s of float32
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from gnnpipe.parallel.wire import WIRE_FORMATS, decode, encode, row_bytes
+from gnnpipe.wire import WIRE_FORMATS, decode, encode, row_bytes
 
 
 def _times(fn, reps: int) -> list[float]:

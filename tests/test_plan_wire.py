@@ -18,7 +18,7 @@ from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, WIRE_ACCURACY_PRIOR, WIRE_MIN
                           load_profile, predict, rank_configs, rank_key, train_command, wire_choices, with_link)
 from gnnpipe.cost.units import WIRE_CODEC_BYTES_S, codec_time
 from gnnpipe.dims import ParallelDims
-from gnnpipe.parallel.wire import row_bytes
+from gnnpipe.wire import row_bytes
 from gnnpipe.partition import volume
 
 N, E, F = 20000, 400000, 128

@@ -1,4 +1,4 @@
-"""The wire codec (gnnpipe.parallel.wire) against an independent numpy reference.
+"""The wire codec (gnnpipe.wire) against an independent numpy reference.
 
 The reference below re-derives every byte from the layout written in wire.py's docstring,
 with numpy only: its own splitmix64 / 32-bit mix / lowbias32 hash (unsigned arithmetic, no
@@ -16,8 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnnpipe.parallel import wire
-from gnnpipe.parallel.wire import WIRE_FORMATS, decode, encode, row_bytes
+from gnnpipe import wire
+from gnnpipe.wire import WIRE_FORMATS, decode, encode, row_bytes
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 LEVELS = {"int8": 255, "int4": 15}

@@ -28,8 +28,8 @@ from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe.config import TrainConfig  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
 from gnnpipe.dims import ParallelDims  # noqa: E402
-from gnnpipe.parallel import wire as wire_mod  # noqa: E402
-from gnnpipe.parallel.wire import WIRE_FORMATS, row_bytes  # noqa: E402
+from gnnpipe import wire as wire_mod  # noqa: E402
+from gnnpipe.wire import WIRE_FORMATS, row_bytes  # noqa: E402
 from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes  # noqa: E402
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402

@@ -16,7 +16,7 @@ from gnnpipe.data.load import load_graph_for
 from gnnpipe.dims import ParallelDims
 from gnnpipe.parallel import build
 from gnnpipe.parallel.executor import StaleOptions
-from gnnpipe.parallel.wire import Wire
+from gnnpipe.wire import Wire
 from gnnpipe.train.setup import build_executor, model_config, plan_for
 from rankfns import _cfg
 

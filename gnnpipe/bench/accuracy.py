@@ -44,7 +44,7 @@ from pathlib import Path
 from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.cost.wire_accuracy import paired_diffs, split_wire
-from gnnpipe.parallel.wire import check_format
+from gnnpipe.wire import check_format
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

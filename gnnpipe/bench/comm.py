@@ -14,7 +14,7 @@ predicted. The G/P ratio (halo bytes of graph parallelism over pipeline bytes) i
 beside the paper's (GNNPIPE.md §4), predicted in the paper's setting (8 ranks, 32 layers,
 the paper's d) from Σ M_p of our 8-way METIS partition.
 
-``--wire F1,F2`` (formats of :data:`gnnpipe.parallel.wire.WIRE_FORMATS`; default float32)
+``--wire F1,F2`` (formats of :data:`gnnpipe.wire.WIRE_FORMATS`; default float32)
 repeats every mode in each wire format (``gnnpipe-train --wire``): predicted bytes count
 ``row_bytes(d, wire)`` per row, and the measured ones must still equal them. The ``G f32/P``
 column then puts float32 graph parallelism's halo bytes over each format's pipeline bytes.
@@ -34,7 +34,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict
 from gnnpipe.dims import ParallelDims
-from gnnpipe.parallel.wire import check_format
+from gnnpipe.wire import check_format
 
 log = logging.getLogger(__name__)
 

@@ -201,7 +201,7 @@ def elem_time(u: UnitWork, prof: HardwareProfile, frac_rows: float, frac_src: fl
     return ((u.elem_bytes - src_bytes) * frac_rows + src_bytes * frac_src) / prof.mem_bytes_s + drop
 
 
-#: Encode + decode of one message by :mod:`gnnpipe.parallel.wire` on one CPU core, in
+#: Encode + decode of one message by :mod:`gnnpipe.wire` on one CPU core, in
 #: float32 input bytes per second (``4·values / rate`` seconds per message: the sender's
 #: encode plus the receiver's decode; float32 is a zero-copy view, free). Measured here with
 #: ``scripts/bench_wire.py --reps 7`` (one thread, best of 7) on [50000, 100], [100000, 128]

@@ -34,7 +34,7 @@ from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
 from gnnpipe.parallel.pipeline.sources import LocalHistory
 from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits
 from gnnpipe.parallel.pipeline.waylink import build_way_link
-from gnnpipe.parallel.wire import FLOAT32, Wire
+from gnnpipe.wire import FLOAT32, Wire
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.predict import stage_blocks
 from gnnpipe.partition import assign_layers, load_local_part, relabel_graph

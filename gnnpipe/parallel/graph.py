@@ -9,7 +9,7 @@ one-process run of the same model up to floating-point summation order.
 
 What travels, per epoch (bytes as handed to the communicator, ``s`` bytes per value; with a
 lossy ``--wire`` format ``row_bytes(d_in, wire)`` per row instead of ``d_in · s``, see
-:mod:`gnnpipe.parallel.wire`; evaluation halos stay float32):
+:mod:`gnnpipe.wire`; evaluation halos stay float32):
 
 * ``halo_fwd``: for every aggregating unit except one whose input is the constant input
   features: ``Σ_p M_p · d_in · s`` (``M_p`` halo rows of part ``p``);
@@ -35,7 +35,7 @@ from gnnpipe.models.block import Block
 from gnnpipe.parallel.features import concat_rows, features_to_tensor
 from gnnpipe.parallel.executor import EpochResult, Executor, allreduce_grads, reduce_accuracies, split_counts, wait_seconds
 from gnnpipe.parallel.halo import HaloExchanger, with_halo
-from gnnpipe.parallel.wire import FLOAT32, Wire
+from gnnpipe.wire import FLOAT32, Wire
 
 log = logging.getLogger(__name__)
 

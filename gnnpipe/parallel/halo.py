@@ -7,9 +7,9 @@ the halo rows' gradients home, where they are added into the owners' rows.
 :class:`gnnpipe.parallel.pipeline.waylink.WayLink`, the hybrid's link between ways, uses
 the same exchanges (:class:`HaloExchanger` when exact, :func:`streamed_exchange` when stale).
 
-Wire formats (``--wire``, :mod:`gnnpipe.parallel.wire`): every training message here
+Wire formats (``--wire``, :mod:`gnnpipe.wire`): every training message here
 (forward rows and backward gradients) is encoded per peer with the run's
-:class:`gnnpipe.parallel.wire.Wire` just before it is sent and decoded as it arrives
+:class:`gnnpipe.wire.Wire` just before it is sent and decoded as it arrives
 (:func:`streamed_exchange`: the codec overlaps the other peers' transfers). The rounding is
 keyed by the seed, the epoch, the site ``message_site(kind, unit, backward)`` (kind
 ``KIND_HALO`` for :class:`HaloExchanger`, ``KIND_WAY`` for the stale ``WayLink``;
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.parallel.wire import FLOAT32, KIND_HALO, Wire, message_site
+from gnnpipe.wire import FLOAT32, KIND_HALO, Wire, message_site
 
 
 def with_halo(h_local: torch.Tensor, ex: "HaloExchanger", epoch: int | None = None,

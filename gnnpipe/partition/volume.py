@@ -23,7 +23,7 @@ Two graph-parallel formulas live side by side:
   ``s·Σ_p M_p·F`` (:func:`startup_bytes`) for the former and nothing for the latter; our
   executor sends zero bytes there.
 
-Wire formats (``--wire``, :mod:`gnnpipe.parallel.wire`): every formula takes ``wire``; a row
+Wire formats (``--wire``, :mod:`gnnpipe.wire`): every formula takes ``wire``; a row
 of width ``w`` costs ``s·w`` bytes in float32 (``s`` stays a parameter: the stale hybrid
 sends its history's dtype) and ``row_bytes(w, wire)`` otherwise: ``2·w`` (bfloat16),
 ``8 + w`` (int8), ``8 + ceil(w / 2)`` (int4), the 8 bytes being each row's float32 scale
@@ -36,7 +36,7 @@ import numpy as np
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
-from gnnpipe.parallel.wire import check_format, row_bytes
+from gnnpipe.wire import check_format, row_bytes
 
 FORMULAS = ("ours", "paper")
 

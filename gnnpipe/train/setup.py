@@ -16,7 +16,7 @@ from gnnpipe.models import ModelConfig
 from gnnpipe.models.user import UserChain
 from gnnpipe.parallel import build
 from gnnpipe.parallel.executor import Executor, StaleOptions
-from gnnpipe.parallel.wire import Wire
+from gnnpipe.wire import Wire
 from gnnpipe.partition import PartitionPlan, build_plan, check_plan_matches
 
 

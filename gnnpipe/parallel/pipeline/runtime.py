@@ -29,7 +29,7 @@ from gnnpipe.models import RunCtx
 from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, allreduce_grads,
                                        reduce_accuracies, wait_seconds)
 from gnnpipe.parallel.pipeline.stage import PipelineStage
-from gnnpipe.parallel.wire import FLOAT32, KIND_PIPE, Wire, message_site
+from gnnpipe.wire import FLOAT32, KIND_PIPE, Wire, message_site
 from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, validate
 
 # Chunk messages use tags 2k (activations) and 2k+1 (gradients); evaluation uses its own.

@@ -18,7 +18,7 @@ import torch
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.parallel.halo import HaloExchanger, acc_rows, streamed_exchange, with_halo
-from gnnpipe.parallel.wire import FLOAT32, KIND_WAY, Wire, message_site
+from gnnpipe.wire import FLOAT32, KIND_WAY, Wire, message_site
 
 
 @dataclass(eq=False)
