@@ -9,6 +9,7 @@ from its own package's ``__init__`` therefore forms a cycle with it, as it does 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -98,6 +99,66 @@ def test_cycle_finder_finds_a_cycle_through_a_function_local_import(tmp_path):
 def test_no_import_cycles_among_gnnpipe_modules():
     found = cycles(import_graph())
     assert not found, "import cycles (function-local imports count):\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def doc_floors() -> dict[str, int]:
+    """docs/architecture.md's floor diagram: module or package -> floor (parenthesised notes
+    dropped; ``cli/`` is the package gnnpipe.cli, ``cost/calibrate`` the module)."""
+    doc = (PKG.parent / "docs" / "architecture.md").read_text()
+    block = doc.split("```", 2)[1]
+    block = re.sub(r"\([^)]*\)", " ", block, flags=re.S)
+    floors, current = {}, None
+    for line in block.splitlines():
+        m = re.match(r"floor (\d+)\s+(.*)", line)
+        if m:
+            current, line = int(m.group(1)), m.group(2)
+        for word in line.split():
+            if current is not None:
+                floors["gnnpipe." + word.strip("/").replace("/", ".")] = current
+    return floors
+
+
+def _floor_of(module: str, floors: dict[str, int]) -> int | None:
+    best = max((p for p in floors if module == p or module.startswith(p + ".")), key=len, default=None)
+    return floors[best] if best else None
+
+
+def test_architecture_floor_diagram_names_real_modules_and_every_module_has_a_floor():
+    floors = doc_floors()
+    mods = _modules()
+    assert len(set(floors.values())) >= 8, floors
+    unknown = sorted(p for p in floors if p not in mods)
+    assert not unknown, f"docs/architecture.md's floor diagram names what is no module or package: {unknown}"
+    # the package root re-exports lazily, `python -m` entries sit above everything, and a
+    # package whose __init__ holds no code has nothing to place
+    def placed(m):
+        body = ast.parse(mods[m].read_text()).body
+        empty = mods[m].name == "__init__.py" and all(isinstance(n, ast.Expr) for n in body)
+        return m == "gnnpipe" or m.endswith(".__main__") or empty or _floor_of(m, floors) is not None
+    homeless = sorted(m for m in mods if not placed(m))
+    assert not homeless, f"modules on no floor of docs/architecture.md's diagram: {homeless}"
+
+
+def test_modules_import_only_from_their_floor_or_below():
+    """The diagram's promise: a module imports only from its own floor or the floors below
+    (function-local imports count)."""
+    floors = doc_floors()
+    up = []
+    for name, deps in sorted(import_graph().items()):
+        if name == "gnnpipe" or name.endswith(".__main__"):
+            continue
+        mine = _floor_of(name, floors)
+        for dep in sorted(deps):
+            theirs = _floor_of(dep, floors)
+            if mine is not None and theirs is not None and theirs > mine:
+                up.append(f"{name} (floor {mine}) imports {dep} (floor {theirs})")
+    assert not up, "\n".join(up)
+
+
+def test_floor_checks_catch_an_upward_import():
+    floors = {"gnnpipe.low": 1, "gnnpipe.high": 2, "gnnpipe.high.pkg": 3}
+    assert _floor_of("gnnpipe.high.pkg.mod", floors) == 3 and _floor_of("gnnpipe.high.x", floors) == 2
+    assert _floor_of("gnnpipe.lower", floors) is None  # a prefix of the name is not its package
 
 
 # Floors that never talk to the network (docs/architecture.md).
