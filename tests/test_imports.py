@@ -298,3 +298,108 @@ def test_the_local_import_check_sees_imports_in_methods_and_nested_functions(tmp
     assert _allowed_by("gnnpipe.zz", "scipy.sparse") is None
     assert _allowed_by("gnnpipe.cost.predict", "gnnpipe.cost.calibrate") is None
     assert _allowed_by("gnnpipe.cli.plan", "gnnpipe.cost.calibrate") == ("gnnpipe.cli.*", "gnnpipe")
+
+
+def _defined(path: Path) -> tuple[set[str], dict[str, set[str]]]:
+    """Top-level names a module defines (functions, classes, assignments, imports) and each
+    class's attributes (methods, fields, properties)."""
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    classes: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            attrs = classes.setdefault(node.name, set())
+            for item in ast.walk(node):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    attrs.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    attrs.add(item.target.id)
+                elif isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "self":
+                    attrs.add(item.attr)
+                elif isinstance(item, ast.Assign):
+                    attrs.update(t.id for t in item.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names, classes
+
+
+#: The names the docs give instances: ``comm.irecv`` is a method of a Communicator.
+INSTANCES = {"comm": "Communicator", "ex": "Executor"}
+
+
+def doc_reference_problems(doc: str) -> list[str]:
+    """Every code reference in ``doc`` that names a place of the package (a path like
+    ``parallel/pipeline/stage.py`` or ``cost/planner``, a dotted ``module.name`` such as
+    ``schedule.lower``, or ``Class.method``) and does not resolve."""
+    mods = _modules()
+    index = {m: _defined(p) for m, p in mods.items()}
+    all_classes: dict[str, set[str]] = {}
+    for _, classes in index.values():
+        for c, attrs in classes.items():
+            all_classes.setdefault(c, set()).update(attrs)
+    by_last: dict[str, list[str]] = {}
+    for m in mods:
+        by_last.setdefault(m.rsplit(".", 1)[-1], []).append(m)
+
+    def module_for(dotted: str) -> list[str]:
+        """Modules a reference's module part may mean: the full dotted name under gnnpipe,
+        or (a short name such as ``halo``) any module whose last name it is."""
+        full = "gnnpipe." + dotted
+        if full in mods:
+            return [full]
+        if "." not in dotted:
+            return by_last.get(dotted, [])
+        return []
+
+    def resolves(ref: str) -> bool:
+        ref = re.sub(r"\(.*\)$", "", ref).removeprefix("gnnpipe.")
+        if ref.split("/")[0] in ("tests", "docs", "scripts", "gnnpipe"):
+            return (PKG.parent / ref).exists()
+        head, _, attr = ref.partition(".")
+        if attr and head in INSTANCES and not module_for(head + "." + attr.split(".")[0]):  # comm.irecv: a Communicator's
+            return attr in all_classes.get(INSTANCES[head], set())
+        if "/" in ref:
+            path = ref[:-3] if ref.endswith(".py") else ref
+            path = path.rstrip("/")
+            if (PKG / path).is_dir() or (PKG / (path + ".py")).is_file():
+                return True
+            head, _, attr = path.rpartition(".")  # models/user.UserLayerUnit, models/__init__.build_model
+            mod = "gnnpipe." + head.removesuffix("/__init__").replace("/", ".")
+            return mod in index and (attr in index[mod][0] or attr in index[mod][1])
+        if ref.endswith(".py"):
+            return (PKG / ref).is_file() or bool(module_for(ref[:-3]))
+        parts = ref.split(".")
+        if parts[0][:1].isupper():  # Class.attr
+            return len(parts) == 2 and parts[1] in all_classes.get(parts[0], set())
+        if module_for(ref):
+            return True
+        for cut in range(len(parts) - 1, 0, -1):  # module.name[.attr]
+            for mod in module_for(".".join(parts[:cut])):
+                names, classes = index[mod]
+                rest = parts[cut:]
+                if rest[0] in names and (len(rest) == 1 or rest[1] in classes.get(rest[0], set())):
+                    return True
+        return False
+
+    refs = sorted(set(re.findall(r"`([^`\s]+)`", doc)))
+    place = re.compile(r"^(?:[a-z_]+/)+[\w.*/()=\[\].]*$|^[a-z_]+(?:\.[A-Za-z_]+)+(?:\(.*\))?$|^[A-Z]\w+\.[a-z_]\w*$")
+    skip = re.compile(r"^(?:\.|-|torch|mpi4py|data/cards/\*|fit\()|\.jsonl$")
+    return [r for r in refs if place.match(r) and not skip.search(r) and not resolves(r)]
+
+
+def test_architecture_doc_names_only_what_exists():
+    """docs/architecture.md true line by line, where a machine can check: every path, dotted
+    name and Class.method it cites exists."""
+    bad = doc_reference_problems((PKG.parent / "docs" / "architecture.md").read_text())
+    assert not bad, f"docs/architecture.md cites what does not exist: {bad}"
+
+
+def test_doc_reference_check_catches_a_stale_name():
+    assert doc_reference_problems("`schedule.lower` `parallel/pipeline/stage.py` `PipelineStage.forward_chunk`") == []
+    assert doc_reference_problems("`schedule.no_such` `parallel/nowhere.py` `PipelineStage.no_method`") == [
+        "PipelineStage.no_method", "parallel/nowhere.py", "schedule.no_such"]
