@@ -34,19 +34,17 @@ import torch
 from torch import nn
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.comm import apply_threads, detect_launch, init_communicator
+from gnnpipe.comm import apply_threads, detect_launch
 from gnnpipe.config import TrainConfig
 from gnnpipe.data.graph import Graph
-from gnnpipe.export import save_model
 from gnnpipe.models import GNN, ModelConfig, RunCtx, build_model
 from gnnpipe.models.block import Block
 from gnnpipe.models.user import Layer, UserChain
 from gnnpipe.parallel.features import features_to_tensor
 from gnnpipe.quiet import known_warnings_silenced
 from gnnpipe.testing import run_ranks
-from gnnpipe.train.loop import run_training
-from gnnpipe.train.rundir import open_run_dir
-from gnnpipe.train.setup import gather_model_state, model_config
+from gnnpipe.train.connect import connect
+from gnnpipe.train.run import training_run
 
 __all__ = ["Layer", "Result", "TrainedModel", "UserChain", "fit", "launch"]
 
@@ -185,37 +183,19 @@ def _fit(graph: Graph | str | None, comm, out: str | os.PathLike | None, progres
     apply_threads(cfg.threads, launch_info)
     own = comm is None
     if own:
-        kind = cfg.comm if cfg.comm != "auto" else ("mpi" if launch_info.launcher in ("mpich", "openmpi") else "torch")
-        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout, backend=cfg.comm_backend,
-                                 ranks_per_gpu=cfg.ranks_per_gpu)
-    lock = None
-    ok = False
-    try:
-        run_dir = None
-        if out is not None:
-            run_dir, lock = open_run_dir(comm, cfg, None)
-        summary, ex, used = run_training(cfg, comm, out=run_dir, show_progress=cfg.progress, graph=graph,
-                                         user=user)
-        mcfg = model_config(cfg, used, user)
-        state = gather_model_state(ex, comm, mcfg.num_units)
-        if user is not None:
-            user.load_units_state(state)
+        comm = connect(cfg, launch_info)
+    # The command's run, less its printing: a run directory only with out=, the model always
+    # gathered (it is returned), the caller's communicator left open, a failed close raised.
+    with training_run(cfg, comm, own_comm=own, run_dir=out is not None, graph=graph, user=user,
+                      keep_model=True) as done:
+        if user is not None:  # it holds the trained weights now
             model: TrainedModel | UserChain = user
-            state = user.state_dict()  # the export loads into nn.ModuleList(layers)
         else:
-            gnn = build_model(mcfg, seed=cfg.seed)
-            gnn.load_state_dict(state)
+            gnn = build_model(done.model_config, seed=cfg.seed)
+            gnn.load_state_dict(done.state)
             model = TrainedModel(gnn, seed=cfg.seed)
-        if cfg.export and comm.rank == 0:
-            save_model(cfg.export, state, mcfg, cfg.to_dict())
-        ok = True
-    finally:
-        if lock is not None:
-            lock.release()
-        if own and (ok or comm.world_size == 1):  # after a peer failed, teardown may abort
-            comm.close()
-    history = summary.pop("history")
-    return Result(model, history, summary, cfg, used)
+    history = done.summary.pop("history")
+    return Result(model, history, done.summary, cfg, done.graph)
 
 
 def _user_chain(options: dict) -> UserChain | None:

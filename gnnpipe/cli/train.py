@@ -28,10 +28,11 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.checkpoint import CheckpointWriteError, find_checkpoint, read_commit
 from gnnpipe.cli import quiet_known_warnings
-from gnnpipe.comm import apply_threads, detect_launch, exit_process, init_communicator
+from gnnpipe.comm import apply_threads, detect_launch, exit_process
 from gnnpipe.config import TrainConfig, build_parser, load_toml, parse_config
 from gnnpipe.train.guards import NonFiniteLossError, SetupError
-from gnnpipe.train.rundir import MetricsWriteError, open_run_dir
+from gnnpipe.train.connect import comm_kind, connect
+from gnnpipe.train.rundir import MetricsWriteError
 
 log = logging.getLogger("gnnpipe.train")
 
@@ -78,8 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rank0 and not debug:
         logging.getLogger().setLevel(logging.WARNING)
     comm = None
-    run_lock = None
-    ok = False
     try:
         if rank0:
             cfg, _ = parse_config(args)
@@ -95,44 +94,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             except GnnpipeError as e:  # every rank sees the same files: rank 0 alone speaks
                 raise SetupError(str(e)) from e
         apply_threads(cfg.threads, launch)  # --threads, else the user's OMP_NUM_THREADS, else a share of the cores
-        kind = cfg.comm
-        if kind == "auto":
-            kind = "mpi" if launch.launcher in ("mpich", "openmpi") else "torch"
         # (refuses --device cuda without a GPU, and NCCL with two ranks on one GPU, before any collective)
-        comm = init_communicator(kind, device=cfg.device, timeout_s=cfg.timeout, backend=cfg.comm_backend,
-                                 ranks_per_gpu=cfg.ranks_per_gpu)
+        comm = connect(cfg, launch)
         # The trainer (and with it PyG, seconds of imports) is loaded only now, so that bad
         # input and a failed rendezvous are reported without waiting for it.
-        from gnnpipe.export import save_model
-        from gnnpipe.train.loop import run_training
-        from gnnpipe.train.setup import gather_model_state, model_config
+        from gnnpipe.train.run import training_run
 
-        # Rank 0 names, checks and locks the run directory; every rank gets its name.
-        out, run_lock = open_run_dir(comm, cfg, resume_run)
-        if rank0:
-            log.info("world %d (%s, %s communicator), mode %s, model %s-%d d=%d, dataset %s -> %s",
-                     comm.world_size, launch.launcher, kind, cfg.mode, cfg.model, cfg.layers,
-                     cfg.hidden, cfg.dataset, out)
-        summary, ex, graph = run_training(cfg, comm, out=out, show_progress=cfg.progress)
-        if cfg.export:
-            # every rank takes part in gathering the stages' weights; rank 0 writes the file
-            mcfg = model_config(cfg, graph)
-            state = gather_model_state(ex, comm, mcfg.num_units)
+        def announce(out: Path | None) -> None:
             if rank0:
-                save_model(cfg.export, state, mcfg, cfg.to_dict())
-                log.info("exported the trained model to %s", cfg.export)
-        if rank0:
-            print(
-                f"done: {summary['epochs']} epochs, final loss {summary['final_loss']:.4f}, "
-                f"best val acc {summary['best_val_acc']:.4f} at epoch {summary['best_epoch']}, "
-                f"test acc there {summary['test_acc_at_best_val']:.4f}, "
-                f"mean epoch {summary['mean_epoch_time_s']:.3f} s; metrics in {out}/metrics.jsonl"
-                + (f" (stopped after epoch {summary['stopped_at_val_acc']}: validation accuracy reached "
-                   f"--stop-at-val-acc {cfg.stop_at_val_acc})" if summary.get("stopped_at_val_acc") is not None else "")
-                + (f"; {summary['diverging_evals']} evaluation(s) fell {cfg.divergence_drop} or more below the best "
-                   "validation accuracy (diverging)" if summary.get("diverging_evals") else "")
-            )
-        ok = True
+                log.info("world %d (%s, %s communicator), mode %s, model %s-%d d=%d, dataset %s -> %s",
+                         comm.world_size, launch.launcher, comm_kind(cfg, launch), cfg.mode, cfg.model,
+                         cfg.layers, cfg.hidden, cfg.dataset, out)
+
+        # The communicator is closed only after success, and a failing close leaves the exit code 0.
+        with training_run(cfg, comm, own_comm=True, resume_run=resume_run, on_start=announce,
+                          quiet_close=True) as done:
+            if rank0:
+                if cfg.export:
+                    log.info("exported the trained model to %s", cfg.export)
+                print(done_line(done.summary, cfg, done.out))
         return 0
     except GnnpipeError as e:
         if debug:
@@ -147,17 +127,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"gnnpipe-train [rank {launch.rank}]: interrupted", file=sys.stderr)
         return 130
-    finally:
-        if run_lock is not None:
-            run_lock.release()
-        # Close only after success: tearing down a process group whose peer died (or that
-        # Ctrl-C interrupted mid-operation) can abort the process (exit -6) instead of
-        # leaving with our error code; after a failure the rank exits without teardown.
-        if comm is not None and (ok or comm.world_size == 1):  # no peer to lose in one process
-            try:
-                comm.close()
-            except Exception:
-                pass
+
+def done_line(summary: dict, cfg: TrainConfig, out: Path) -> str:
+    """Rank 0's one line at the end of a run."""
+    return (
+        f"done: {summary['epochs']} epochs, final loss {summary['final_loss']:.4f}, "
+        f"best val acc {summary['best_val_acc']:.4f} at epoch {summary['best_epoch']}, "
+        f"test acc there {summary['test_acc_at_best_val']:.4f}, "
+        f"mean epoch {summary['mean_epoch_time_s']:.3f} s; metrics in {out}/metrics.jsonl"
+        + (f" (stopped after epoch {summary['stopped_at_val_acc']}: validation accuracy reached "
+           f"--stop-at-val-acc {cfg.stop_at_val_acc})" if summary.get("stopped_at_val_acc") is not None else "")
+        + (f"; {summary['diverging_evals']} evaluation(s) fell {cfg.divergence_drop} or more below the best "
+           "validation accuracy (diverging)" if summary.get("diverging_evals") else "")
+    )
 
 
 #: Seconds a silent rank waits before leaving on an error rank 0 reports.
