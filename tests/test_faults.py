@@ -33,6 +33,10 @@ TIMEOUT_S = 10
 # Survivors must be gone within the timeout plus this (error path, teardown, a loaded CI
 # machine with 2 cores); a hang would exceed it by far.
 SLACK_S = 20
+# Seconds the launcher scripts give their ranks after Ctrl-C before SIGKILL (GNNPIPE_GRACE_S):
+# a rank inside a blocking MPI call sees the signal only then, so a script's exit may take
+# this long and the slack.
+GRACE_S = 10
 
 
 def train_args(out: Path, mode: str = "graph", layers: int = 2) -> list[str]:
@@ -95,7 +99,7 @@ def start_script(script: str, launcher_args: list[str], args: list[str], out: Pa
         return subprocess.Popen(
             [str(REPO / "scripts" / "launch" / script), *launcher_args, "--", *args],
             env=dict(os.environ, OMP_NUM_THREADS="1", GNNPIPE_VENV=str(VENV_BIN.parent),
-                     GNNPIPE_GRACE_S="10", **(env or {})),
+                     GNNPIPE_GRACE_S=str(GRACE_S), **(env or {})),
             stdout=stdout if split else log, stderr=log, start_new_session=True)
 
 
@@ -265,7 +269,7 @@ def test_ctrl_c_on_torchrun_script(tmp_path, cleanup):
     cleanup.append(p)
     wait_epochs(out, 2, [p])
     p.send_signal(signal.SIGINT)
-    codes = wait_all([p], SLACK_S)
+    codes = wait_all([p], GRACE_S + SLACK_S)
     text = (out / "launcher.log").read_text(errors="replace")
     assert codes == [130], f"{codes}\n{text[-3000:]}"
     assert "Traceback" not in text and text.count("interrupted") == 2, text[-3000:]
@@ -431,7 +435,7 @@ def test_ctrl_c_on_mpirun_script(tmp_path, cleanup):
     cleanup.append(p)
     wait_epochs(out, 2, [p])
     p.send_signal(signal.SIGINT)
-    codes = wait_all([p], SLACK_S)
+    codes = wait_all([p], GRACE_S + SLACK_S)
     text = (out / "launcher.log").read_text(errors="replace")
     assert codes == [130], f"{codes}\n{text[-3000:]}"
     assert "Traceback" not in text and text.count("interrupted") == 2, text[-3000:]
