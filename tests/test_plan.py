@@ -382,3 +382,17 @@ def test_cli_bad_input_one_line(args, msg):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0] and lines[0].startswith("gnnpipe-plan: error:")
+
+
+def test_model_spec_of_a_run_maps_its_settings_one_way():
+    from types import SimpleNamespace
+
+    from gnnpipe.config import TrainConfig
+
+    cfg = TrainConfig(model="gat", layers=8, hidden=64, heads=4, history_dtype="bfloat16", wire="int8")
+    assert ModelSpec.of(cfg) == ModelSpec("gat", 8, 64, 4, history_bytes=2, wire="int8")
+    built = SimpleNamespace(model="gcnii", layers=16, hidden=32, heads=1)  # a ModelConfig's fields: no dtype, no wire
+    assert ModelSpec.of(built) == ModelSpec("gcnii", 16, 32, 1)
+    assert ModelSpec.of(cfg, wire="float32").wire == "float32"
+    with pytest.raises(GnnpipeError, match="wire"):
+        ModelSpec.of(SimpleNamespace(model="gcn", layers=2, hidden=8, heads=1, wire="auto"))

@@ -210,8 +210,7 @@ def make_predictor(profile: str = "cpu-this-machine") -> PredictFn:
             if key not in stats:
                 stats[key] = C.call_quietly(lambda: graph_stats_from_graph(
                     graphs[gkey], sorted({topo.ways, 2}), seed=cfg.seed, chunks=chunk_counts([topo])))
-            spec = ModelSpec(cfg.model, cfg.layers, cfg.hidden, cfg.heads,
-                             history_bytes=2 if cfg.history_dtype == "bfloat16" else 4, wire=cfg.wire)
+            spec = ModelSpec.of(cfg)
             # the links are the emulated hosts' own; the cores are this machine's, shared by
             # every rank of the cell (cpu_share_ranks)
             prof = replace(with_link(base, rate_bps, int(row.get("ranks_per_host", 1))), cpu_share_ranks=world)

@@ -362,8 +362,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
     if min(factors) < 1:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
-    spec = ModelSpec(args.model, args.layers, args.hidden, args.heads,
-                     history_bytes=2 if args.history_dtype == "bfloat16" else 4)
+    spec = ModelSpec.of(args, wire="float32")  # (the formats to rank come from wire_choices below)
     accuracy = (wire_accuracy_from_results(args.wire_accuracy, args.model) if args.wire_accuracy is not None
                 else prior_for(args.model))
     wires, wires_out = wire_choices(args.wire, args.accuracy_budget, args.exact, accuracy)

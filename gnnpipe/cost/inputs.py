@@ -121,6 +121,22 @@ class ModelSpec:
     history_bytes: int = 4
     wire: str = "float32"
 
+    @classmethod
+    def of(cls, run, **overrides) -> "ModelSpec":
+        """The shapes a run's settings describe, so that every caller maps them the same way.
+
+        ``run`` is anything with ``model``, ``layers``, ``hidden`` and ``heads`` (a
+        ``TrainConfig``, the planner's arguments, a built ``ModelConfig``); where it has a
+        ``history_dtype`` and a ``wire`` they set ``history_bytes`` and ``wire``.
+        ``overrides`` replace any field.
+        """
+        kw = {"model": run.model, "layers": run.layers, "hidden": run.hidden, "heads": run.heads}
+        if getattr(run, "history_dtype", None) is not None:
+            kw["history_bytes"] = 2 if run.history_dtype == "bfloat16" else 4
+        if getattr(run, "wire", None) is not None:
+            kw["wire"] = run.wire
+        return cls(**{**kw, **overrides})
+
     def __post_init__(self) -> None:
         if self.model.lower() not in MODELS:
             raise GnnpipeError(f"model: expected one of {', '.join(MODELS)}, got {self.model!r}")
