@@ -18,7 +18,7 @@ from rankfns import _cfg
 
 def _run(comm, cfg, fd: FakeDevice | None) -> dict:
     graph = load_graph_for(cfg)
-    ex, _ = setup.build_executor(cfg, comm, graph)
+    ex, _ = setup.executor_for_config(cfg, comm, graph)
     out = {"cpu_after_build": cpu_tensors(ex) if fd is not None else [], "cpu_made": [], "host_reads": [],
            "read_sites": [], "uploads": [], "losses": []}
     for e in range(2):

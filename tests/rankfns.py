@@ -12,7 +12,7 @@ import torch
 from gnnpipe.config import TrainConfig
 from gnnpipe.models import RunCtx
 from gnnpipe.data.load import load_graph_for
-from gnnpipe.train import build_executor
+from gnnpipe.train import executor_for_config
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -34,7 +34,7 @@ def graph_parallel_run(comm, epochs: int = 3, **kw) -> dict:
     """Logits before training, gradients of the first step, the loss curve, byte counts."""
     cfg = _cfg(mode="graph", epochs=epochs, **kw)
     graph = load_graph_for(cfg)
-    ex, plan = build_executor(cfg, comm, graph)
+    ex, plan = executor_for_config(cfg, comm, graph)
     logits = ex.forward(RunCtx(training=True, epoch=0, seed=cfg.seed)).detach()
     before = comm.stats.snapshot()
     losses = []
@@ -64,7 +64,7 @@ def pipeline_run(comm, epochs: int = 3, **kw) -> dict:
     kw.setdefault("mode", "pipeline")
     cfg = _cfg(epochs=epochs, **kw)
     graph = load_graph_for(cfg)
-    ex, plan = build_executor(cfg, comm, graph)
+    ex, plan = executor_for_config(cfg, comm, graph)
     a = ex.stage.first_unit
     losses, grads, sent = [], None, None
     for e in range(epochs):

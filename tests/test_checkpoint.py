@@ -257,7 +257,7 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
 
     results = []
     for job in jobs:
-        build = setup.build_executor
+        build = setup.executor_for_config
         if job.get("epoch_sleep_s"):
             # A run that a test will kill: slow it down so that it cannot race many epochs
             # past the checkpoint the test waits for (tiny epochs take about 1 ms here).
@@ -274,7 +274,7 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
                 ex.train_epoch = train_epoch
                 return ex, plan
 
-            setup.build_executor = build_slow
+            setup.executor_for_config = build_slow
         if job.get("inject"):
             at_epoch, at_stage = job["inject"]
 
@@ -292,14 +292,14 @@ def train_rank(comm, jobs: list[dict]) -> list[dict]:
                 ex.train_epoch = train_epoch
                 return ex, plan
 
-            setup.build_executor = build_with_hook
+            setup.executor_for_config = build_with_hook
         try:
             s = T.train(TrainConfig(**job["cfg"]), comm, out=Path(job["out"]))
             results.append({k: v for k, v in s.items() if k != "history"})
         except GnnpipeError as e:
             results.append({"error": str(e), "type": type(e).__name__})
         finally:
-            setup.build_executor = build
+            setup.executor_for_config = build
     return results
 
 

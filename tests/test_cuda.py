@@ -40,7 +40,7 @@ def test_cuda_one_process_equals_cpu(model):
 def test_cuda_executor_holds_only_gpu_tensors(mode):
     comm = init_communicator("single", device="cuda")
     cfg = _cfg(model="gcnii", mode=mode, device="cuda")
-    ex, _ = setup.build_executor(cfg, comm, load_graph_for(cfg))
+    ex, _ = setup.executor_for_config(cfg, comm, load_graph_for(cfg))
     ex.train_epoch(0)
     assert ex.device.type == "cuda"
     params = list(ex.model.parameters()) if mode == "graph" else ex.params

@@ -33,7 +33,7 @@ from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits  # noqa: E
 from gnnpipe.partition import build_plan, part_halo, relabel_graph  # noqa: E402
 from gnnpipe.testing import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
-from gnnpipe.train import build_executor  # noqa: E402
+from gnnpipe.train import executor_for_config  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}
 
@@ -119,7 +119,7 @@ def _train_one_process(history_dtype: str, epochs: int = 30):
     cfg = _cfg(mode="pipeline", model="gcn", layers=3, chunks=4, epochs=epochs, history_dtype=history_dtype,
                snapshot_period=5, synth_nodes=400)
     comm = SingleProcessCommunicator()
-    ex, _ = build_executor(cfg, comm, load_graph_for(cfg))
+    ex, _ = executor_for_config(cfg, comm, load_graph_for(cfg))
     losses = [ex.train_epoch(e).loss for e in range(epochs)]
     return ex, losses, ex.evaluate(epochs)
 
@@ -201,7 +201,7 @@ def test_evaluation_by_chunks_equals_the_whole_graph_forward(model):
 
     cfg = _cfg(mode="pipeline", model=model, layers=3, chunks=4, epochs=2)
     g = load_graph_for(cfg)
-    ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
+    ex, plan = executor_for_config(cfg, SingleProcessCommunicator(), g)
     for e in range(2):
         ex.train_epoch(e)
     made = []
@@ -248,7 +248,7 @@ def test_first_stage_features_one_way_and_hybrid():
     values (the builder relabels no features at all)."""
     cfg = _cfg(mode="pipeline", model="gcn", layers=3, chunks=4)
     g = load_graph_for(cfg)
-    ex, plan = build_executor(cfg, SingleProcessCommunicator(), g)
+    ex, plan = executor_for_config(cfg, SingleProcessCommunicator(), g)
     rg = relabel_graph(g, plan)
     feats = torch.from_numpy(np.asarray(rg.features))
     assert torch.equal(ex.stage.features.x, feats)

@@ -1,6 +1,6 @@
 """Rank functions of the wire-format tests (run inside real ranks by gnnpipe.testing.run_ranks).
 
-Every run builds its executor as the trainer does (:func:`gnnpipe.train.setup.build_executor`),
+Every run builds its executor as the trainer does (:func:`gnnpipe.train.setup.executor_for_config`),
 except ``exact_lossy``: the trainer's config refuses ``--exact`` with a lossy ``--wire``, so
 that run builds the exact hybrid's executor directly to measure its halo exchanger's bytes in
 every format.
@@ -17,14 +17,14 @@ from gnnpipe.dims import ParallelDims
 from gnnpipe.parallel import build
 from gnnpipe.parallel.executor import StaleOptions
 from gnnpipe.wire import Wire
-from gnnpipe.train.setup import build_executor, model_config, plan_for
+from gnnpipe.train.setup import executor_for_config, model_config, plan_for
 from rankfns import _cfg
 
 
 def _executor(comm, cfg, exact_lossy: str | None):
     graph = load_graph_for(cfg)
     if exact_lossy is None:
-        return build_executor(cfg, comm, graph)[0], graph
+        return executor_for_config(cfg, comm, graph)[0], graph
     dims = ParallelDims.from_config(cfg, comm.world_size)
     plan = plan_for(cfg, graph, dims)
     opts = StaleOptions.resolve(True)

@@ -23,7 +23,7 @@ run's. A NaN or Inf loss stops the run, naming the epoch and (pipeline) the firs
 output was non-finite; no checkpoint is written after such an epoch.
 """
 
-__all__ = ["KEEP_CHECKPOINTS", "NonFiniteLossError", "SetupError", "agree_on_setup", "build_executor",
+__all__ = ["KEEP_CHECKPOINTS", "NonFiniteLossError", "SetupError", "agree_on_setup", "executor_for_config",
            "load_graph_for", "model_config", "plan_for", "row_normalized", "train"]
 
 
@@ -42,8 +42,12 @@ def __getattr__(name: str):
         from gnnpipe.train import loop
 
         return getattr(loop, name)
-    if name in ("build_executor", "model_config", "plan_for"):
+    if name in ("executor_for_config", "model_config", "plan_for"):
         from gnnpipe.train import setup
 
         return getattr(setup, name)
+    if name == "build_executor":  # executor_for_config's old name: tests/test_pipeline.py still imports it
+        from gnnpipe.train import setup
+
+        return setup.executor_for_config
     raise AttributeError(f"module 'gnnpipe.train' has no attribute {name!r}")

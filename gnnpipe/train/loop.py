@@ -142,7 +142,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path | None, graph: Graph | None, user)
             check_splits(graph, cfg.dataset)
             if cfg.normalize_features:
                 graph = row_normalized(graph)
-        ex, plan = setup.build_executor(cfg, comm, graph, user)
+        ex, plan = setup.executor_for_config(cfg, comm, graph, user)
         identity = ckpt.run_identity(cfg, ex.dims, graph.content_hash, getattr(plan, "params", None))
         if user is not None:  # the config's model fields do not describe the user's chain
             identity["user_layers"] = user.signature()

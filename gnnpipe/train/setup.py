@@ -2,7 +2,8 @@
 
 The layout is resolved once (:class:`gnnpipe.dims.ParallelDims`), checked against the model,
 then the partition plan is loaded (and checked against the dataset) or made in memory, and
-:func:`gnnpipe.parallel.build.build_executor` turns them into this rank's executor.
+:func:`executor_for_config` turns a :class:`~gnnpipe.config.TrainConfig` into the arguments of
+:func:`gnnpipe.parallel.build.build_executor`, which builds this rank's executor.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gnnpipe.partition import PartitionPlan, build_plan, check_plan_matches
 
 def model_config(cfg: TrainConfig, graph, user: UserChain | None = None) -> ModelConfig:
     """The model a config trains on ``graph`` (input and output widths from the data), or
-    the description of the user's chain ``user`` (prepared by :func:`build_executor`)."""
+    the description of the user's chain ``user`` (prepared by :func:`executor_for_config`)."""
     if user is not None:
         return user.model_config(graph.multilabel, cfg.dropout)
     return ModelConfig(
@@ -54,9 +55,11 @@ def plan_for(cfg: TrainConfig, graph, dims: ParallelDims):
     return build_plan(graph, parts=parts, chunks=max(chunks, 1), method=method, seed=cfg.seed)
 
 
-def build_executor(cfg: TrainConfig, comm, graph, user: UserChain | None = None) -> tuple[Executor, object]:
+def executor_for_config(cfg: TrainConfig, comm, graph, user: UserChain | None = None) -> tuple[Executor, object]:
     """This rank's executor for ``cfg`` and the partition plan it runs: the layout is
-    resolved once, checked against the model, then the plan is loaded or made.
+    resolved once, checked against the model, then the plan is loaded or made, and the
+    config's settings become :func:`gnnpipe.parallel.build.build_executor`'s arguments
+    (staleness options, optimizer, history dtype, device, wire format).
 
     With ``user`` (a chain of the user's layers) the chain is measured on the graph's widths
     and rank 0's initial weights are broadcast into it (collective: every rank constructed
@@ -72,6 +75,8 @@ def build_executor(cfg: TrainConfig, comm, graph, user: UserChain | None = None)
     mcfg = model_config(cfg, graph, user)
     if user is not None:
         model = user.to_gnn(mcfg)
+    # Here, before the plan is made (METIS can take minutes); parallel.build checks again for
+    # its direct callers, who hand it a plan already made.
     build.check_layout(dims, mcfg)
     plan = plan_for(cfg, graph, dims)
     opts = StaleOptions.resolve(cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix,
