@@ -204,27 +204,27 @@ def test_history_refresh_makes_the_forward_exact(ways):
 
 def test_bad_pipeline_inputs_fail_clearly():
     from gnnpipe.comm import SingleProcessCommunicator
-    from gnnpipe.train import build_executor
+    from gnnpipe.train import executor_for_config
 
     comm = SingleProcessCommunicator()
     g = load_graph_for(_cfg())
     with pytest.raises(GnnpipeError, match="pipeline runs one stage per rank"):
-        build_executor(_cfg(mode="pipeline", stages=2, model="gcn", layers=4), comm, g)
+        executor_for_config(_cfg(mode="pipeline", stages=2, model="gcn", layers=4), comm, g)
     with pytest.raises(GnnpipeError, match=r"chunks"):
         _cfg(mode="pipeline", chunks=-1)
 
 
 def test_plan_with_other_chunk_count_is_refused(tmp_path):
     from gnnpipe.comm import SingleProcessCommunicator
-    from gnnpipe.train import build_executor
+    from gnnpipe.train import executor_for_config
 
     g = load_graph_for(_cfg())
     build_plan(g, parts=1, chunks=3, seed=0).save(tmp_path / "plan")
     cfg = _cfg(mode="pipeline", model="gcn", layers=2, chunks=4, plan=str(tmp_path / "plan"))
     with pytest.raises(GnnpipeError, match=r"3 chunks per part but --chunks is 4"):
-        build_executor(cfg, SingleProcessCommunicator(), g)
+        executor_for_config(cfg, SingleProcessCommunicator(), g)
     # the matching count is accepted and the plan's chunks are used
-    ex, plan = build_executor(_cfg(mode="pipeline", model="gcn", layers=2, chunks=3, plan=str(tmp_path / "plan")),
+    ex, plan = executor_for_config(_cfg(mode="pipeline", model="gcn", layers=2, chunks=3, plan=str(tmp_path / "plan")),
                               SingleProcessCommunicator(), g)
     assert len(ex.stage.chunks) == 3 and plan.num_chunks == 3
 

@@ -46,8 +46,4 @@ def __getattr__(name: str):
         from gnnpipe.train import setup
 
         return getattr(setup, name)
-    if name == "build_executor":  # executor_for_config's old name: tests/test_pipeline.py still imports it
-        from gnnpipe.train import setup
-
-        return setup.executor_for_config
     raise AttributeError(f"module 'gnnpipe.train' has no attribute {name!r}")
