@@ -42,7 +42,7 @@ from gnnpipe.models.block import Block
 from gnnpipe.models.user import Layer, UserChain
 from gnnpipe.parallel.features import features_to_tensor
 from gnnpipe.quiet import known_warnings_silenced
-from gnnpipe.testing import run_ranks
+from gnnpipe.spawn import run_ranks
 from gnnpipe.train.connect import connect
 from gnnpipe.train.run import training_run
 

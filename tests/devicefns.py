@@ -1,4 +1,4 @@
-"""Rank functions of the placement tests (run inside real ranks by gnnpipe.testing.run_ranks).
+"""Rank functions of the placement tests (run inside real ranks by gnnpipe.spawn.run_ranks).
 
 Each run builds the executor as the trainer does, but on the stand-in device of
 :mod:`fake_device` (the communicator stays on the CPU: Gloo, messages staged through the

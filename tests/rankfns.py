@@ -1,4 +1,4 @@
-"""Functions that run inside real rank processes (started by gnnpipe.testing.run_ranks).
+"""Functions that run inside real rank processes (started by gnnpipe.spawn.run_ranks).
 
 Each takes the world communicator and plain keyword arguments and returns tensors/lists
 that the parent test compares against a one-process oracle.

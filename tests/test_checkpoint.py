@@ -38,7 +38,7 @@ from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe import checkpoint as ckpt  # noqa: E402
 from gnnpipe.comm import SingleProcessCommunicator  # noqa: E402
 from gnnpipe.config import TrainConfig  # noqa: E402
-from gnnpipe.testing import spawn_ranks  # noqa: E402
+from gnnpipe.spawn import spawn_ranks  # noqa: E402
 
 SMALL = dict(synth_nodes=300, synth_degree=6.0, synth_classes=4, synth_features=12, hidden=16,
              seed=3, eval_every=2, progress=False, timeout=60.0)
@@ -328,7 +328,7 @@ def _kill_tree(p: subprocess.Popen) -> None:
     """SIGKILL mpirun and every process below it (hydra's proxy leaves mpirun's group)."""
     import psutil
 
-    from gnnpipe.testing import kill_process_tree
+    from gnnpipe.spawn import kill_process_tree
 
     victims = kill_process_tree([p])
     p.wait(timeout=30)

@@ -30,7 +30,7 @@ from gnnpipe.comm import (
     init_communicator,
     threads_per_rank,
 )
-from gnnpipe.testing import run_ranks, spawn_ranks
+from gnnpipe.spawn import run_ranks, spawn_ranks
 
 HERE = Path(__file__).resolve().parent
 # The children import this file as a module; they find it through PYTHONPATH.

@@ -106,7 +106,7 @@ def disk_full_rank(comm, run: str, fail_rank: int) -> list:
 
 @pytest.mark.parametrize("fail_rank", [0, 1])
 def test_every_rank_agrees_a_checkpoint_write_failed(tmp_path, fail_rank):
-    from gnnpipe.testing import run_ranks
+    from gnnpipe.spawn import run_ranks
 
     res = run_ranks("test_full_disk:disk_full_rank", 2, "torch", args={"run": str(tmp_path / "run"), "fail_rank": fail_rank},
                     timeout_s=90, env={"PYTHONPATH": ENV["PYTHONPATH"]}, comm_timeout_s=30)

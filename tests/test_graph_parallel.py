@@ -22,7 +22,7 @@ from oracle import full_graph_run  # noqa: E402
 
 from gnnpipe.partition import build_plan  # noqa: E402
 from gnnpipe.partition.volume import graph_parallel_bytes  # noqa: E402
-from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.spawn import run_ranks  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}
 MODELS = ["gcn", "sage", "gat", "gcnii", "resgcn+"]

@@ -232,9 +232,9 @@ ALLOWED_LOCAL_IMPORTS = {
     ("gnnpipe.bench.cli", "gnnpipe.bench"): "gnnpipe-bench loads one benchmark's imports, the one it runs",
     ("gnnpipe.bench.worker", "*"): "a benchmark rank's entry: torch and the trainer load in the rank, "
                                    "after the launcher's environment is read",
-    ("gnnpipe.testing", "gnnpipe.comm"): "the harness's rank entry: only the rank process imports the "
+    ("gnnpipe.spawn", "gnnpipe.comm"): "the harness's rank entry: only the rank process imports the "
                                          "communicator (torch.distributed), never the launching test",
-    ("gnnpipe.testing", "psutil"): "the kill path of the harness only",
+    ("gnnpipe.spawn", "psutil"): "the kill path of the harness only",
     ("gnnpipe.fsutil", "numpy"): "fsutil is otherwise standard library only; numpy for json_default",
 }
 

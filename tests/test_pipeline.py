@@ -32,7 +32,7 @@ from gnnpipe.parallel.reference import StaleReference  # noqa: E402
 from gnnpipe.partition import build_plan, relabel_graph  # noqa: E402
 from gnnpipe.partition.halo import part_halo  # noqa: E402
 from gnnpipe.partition.volume import graph_parallel_bytes, pipeline_bytes  # noqa: E402
-from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.spawn import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}

@@ -31,7 +31,7 @@ from gnnpipe.parallel.executor import StaleOptions  # noqa: E402
 from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets  # noqa: E402
 from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits  # noqa: E402
 from gnnpipe.partition import build_plan, part_halo, relabel_graph  # noqa: E402
-from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.spawn import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
 from gnnpipe.train import executor_for_config  # noqa: E402
 

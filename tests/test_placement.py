@@ -24,7 +24,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
-from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.spawn import run_ranks  # noqa: E402
 
 ENV = {"PYTHONPATH": str(TESTS)}
 MODELS = ["gcn", "sage", "gat", "gcnii", "resgcn+"]

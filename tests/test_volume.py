@@ -27,7 +27,7 @@ from gnnpipe.partition.volume import (chunk_halo_sum, exchanged_layers, graph_pa
 from gnnpipe.dims import ParallelDims  # noqa: E402
 from gnnpipe.cost import (ModelSpec, chunk_counts, graph_stats_from_graph, load_profile,  # noqa: E402
                           predict)
-from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.spawn import run_ranks  # noqa: E402
 from gnnpipe.data.load import load_graph_for  # noqa: E402
 
 

@@ -32,7 +32,7 @@ from gnnpipe import wire as wire_mod  # noqa: E402
 from gnnpipe.wire import WIRE_FORMATS, row_bytes  # noqa: E402
 from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes  # noqa: E402
 from gnnpipe.cost import ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict  # noqa: E402
-from gnnpipe.testing import run_ranks  # noqa: E402
+from gnnpipe.spawn import run_ranks  # noqa: E402
 
 ENV = {"PYTHONPATH": f"{REPO}:{TESTS}", "OMP_NUM_THREADS": "1"}
 LOSSY = [f for f in WIRE_FORMATS if f != "float32"]

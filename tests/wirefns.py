@@ -1,4 +1,4 @@
-"""Rank functions of the wire-format tests (run inside real ranks by gnnpipe.testing.run_ranks).
+"""Rank functions of the wire-format tests (run inside real ranks by gnnpipe.spawn.run_ranks).
 
 Every run builds its executor as the trainer does (:func:`gnnpipe.train.setup.executor_for_config`),
 except ``exact_lossy``: the trainer's config refuses ``--exact`` with a lossy ``--wire``, so

@@ -3,7 +3,7 @@
 Kernel micro-benchmarks (GEMM, SpMM, copy), a fit of the SpMM and elementwise rates and the
 per-pass overhead to real :mod:`gnnpipe.models` units, the pipeline's history path, hashed
 dropout, contention between processes sharing the cores, blocking collectives and
-point-to-point links between real ranks (launched through :func:`gnnpipe.testing.run_ranks`),
+point-to-point links between real ranks (launched through :func:`gnnpipe.spawn.run_ranks`),
 and a rank's base memory (a fresh process trains a tiny graph). :func:`calibrate` runs them
 all and returns a :class:`gnnpipe.cost.profile.HardwareProfile` with comments saying how
 each figure was found; the CLI (:mod:`gnnpipe.cli.plan`) only parses, writes and prints.
@@ -39,11 +39,11 @@ from gnnpipe.cost.units import dropout_elem_bytes, unit_works
 from gnnpipe.models import ModelConfig, RunCtx, build_model, ops
 from gnnpipe.models.block import Block
 from gnnpipe.quiet import silence_for_process
-from gnnpipe.testing import run_ranks
+from gnnpipe.spawn import run_ranks
 
 
 def _p2p_rank(comm, sizes: Sequence[int], reps: int = 20) -> dict:
-    """Ping-pong between ranks 0 and 1 (run by :func:`gnnpipe.testing.run_ranks`).
+    """Ping-pong between ranks 0 and 1 (run by :func:`gnnpipe.spawn.run_ranks`).
 
     Returns:
         on rank 0, ``{size_bytes: one-way seconds (median of reps)}``.
@@ -488,7 +488,7 @@ def calibrate(thorough: bool = False, p2p: bool = True,
     Args:
         thorough: larger problems, more repetitions and 3 contention rounds (minutes).
         p2p: also the 2-process Gloo ping-pong and the collectives (ranks launched by
-            :func:`gnnpipe.testing.run_ranks`).
+            :func:`gnnpipe.spawn.run_ranks`).
         say: receives one progress line before each group of measurements.
 
     Returns:

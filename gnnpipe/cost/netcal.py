@@ -17,7 +17,7 @@ a profile; the CLI (:mod:`gnnpipe.cli.plan`) only parses, writes and prints. Nee
 (network namespaces); :func:`unavailable` says why not. Everything the cluster makes is
 removed on exit (see :class:`gnnpipe.cluster.Cluster`).
 
-A rank of the measurement is the test harness's rank entry (``python -m gnnpipe.testing
+A rank of the measurement is the test harness's rank entry (``python -m gnnpipe.spawn
 gnnpipe.cost.netcal:_rank_fn RUN_DIR --comm torch``, as ``calibrate``'s ranks): it builds the
 communicator, so nothing in :mod:`gnnpipe.cost` imports the network.
 """
@@ -94,7 +94,7 @@ def slope(times: Mapping[int, float]) -> float:
 
 # --------------------------------------------------------------------------- one rank
 def _rank_fn(comm, sizes: Sequence[int], a2a_sizes: Sequence[int], reps: int) -> dict:
-    """One rank (under :mod:`gnnpipe.testing`'s entry): warm-up, ping-pong between ranks 0
+    """One rank (under :mod:`gnnpipe.spawn`'s entry): warm-up, ping-pong between ranks 0
     and 1, then all-to-alls. Returns ``{"p2p": {bytes: s}, "a2a": {bytes: s}}`` (one-way
     medians; every rank returns its own, rank 0's are used)."""
     torch.set_num_threads(1)
@@ -215,7 +215,7 @@ def measure_network(rate_bps: int | None = 100_000_000, hosts: int = 2, quick: b
     with tempfile.TemporaryDirectory(prefix="gnnpipe-netcal-") as tmp:
         run = Path(tmp)
         torch.save(args, run / "args.pt")
-        argv = [sys.executable, "-m", "gnnpipe.testing", "gnnpipe.cost.netcal:_rank_fn", str(run),
+        argv = [sys.executable, "-m", "gnnpipe.spawn", "gnnpipe.cost.netcal:_rank_fn", str(run),
                 "--comm", "torch", "--timeout-s", "60"]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parents[2])] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))

@@ -1,6 +1,8 @@
-"""Multi-process test harness: real ranks in real processes, no mocks.
+"""Local ranks of a Python function: real processes, started as a launcher would start them.
 
-A test names a function ``"package.module:function"`` taking ``(comm, **args)``; the
+What :func:`gnnpipe.launch` (a notebook's or script's ranks), ``gnnpipe-plan calibrate``
+(ranks that measure the links) and the tests (real ranks, no mocks) stand on. A caller names
+a function ``"package.module:function"`` taking ``(comm, **args)``; the
 harness starts ``world_size`` processes the way a user would (a torchrun-like environment
 for ``comm="torch"``, the venv's ``mpirun`` for ``comm="mpi"``), each builds its world
 communicator with :func:`gnnpipe.comm.init_communicator`, calls the function and saves its
@@ -23,7 +25,7 @@ rank) and in their own process group, which is killed as a whole on timeout.
 
 Run as a module it is the child entry point::
 
-    python -m gnnpipe.testing MODULE:FUNCTION RUN_DIR --comm torch|mpi [--timeout-s T]
+    python -m gnnpipe.spawn MODULE:FUNCTION RUN_DIR --comm torch|mpi [--timeout-s T]
 """
 
 from __future__ import annotations
@@ -295,7 +297,7 @@ def spawn_ranks(fn: str, world_size: int, comm: str = "torch",
                          "MASTER_ADDR", "MASTER_PORT", "PMI_RANK", "PMI_SIZE")}
     base.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     base.update(env or {})
-    child = [sys.executable, "-m", "gnnpipe.testing", fn, str(rdir), "--comm", comm,
+    child = [sys.executable, "-m", "gnnpipe.spawn", fn, str(rdir), "--comm", comm,
              "--timeout-s", str(comm_timeout_s)]
     procs: list[subprocess.Popen] = []
     try:
@@ -366,7 +368,7 @@ def run_ranks(fn: str, world_size: int, comm: str = "torch",
 
 
 def _child_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gnnpipe.testing")
+    parser = argparse.ArgumentParser(prog="python -m gnnpipe.spawn")
     parser.add_argument("fn")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--comm", choices=("torch", "mpi"), required=True)
