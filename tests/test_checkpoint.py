@@ -32,7 +32,6 @@ import torch
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-sys.path.insert(0, str(TESTS))
 
 from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe import checkpoint as ckpt  # noqa: E402

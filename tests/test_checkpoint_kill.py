@@ -28,7 +28,6 @@ import pytest
 
 from gnnpipe import checkpoint as ckpt
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_checkpoint import _metrics, _same_metrics  # noqa: E402
 
 ARGS = ["--mode", "graph", "--dataset", "sbm", "--synth-nodes", "300", "--synth-degree", "6",

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
 
-from fake_device import FakeDevice, on_device  # noqa: E402
+from helpers.fake_device import FakeDevice, on_device  # noqa: E402
 from gnnpipe import GnnpipeError
 from gnnpipe.device import choose
 from gnnpipe.models.block import Block

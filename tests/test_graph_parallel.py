@@ -8,7 +8,6 @@ parameter bytes once per rank.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +15,8 @@ import pytest
 import torch
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
-from oracle import full_graph_run  # noqa: E402
+from helpers.oracle import full_graph_run  # noqa: E402
 
 from gnnpipe.partition import build_plan  # noqa: E402
 from gnnpipe.partition.volume import graph_parallel_bytes  # noqa: E402
@@ -69,7 +67,7 @@ def _check(results_per_rank: list[list[dict]], runs: list[dict]) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_graph_parallel_gloo_equals_one_process(world):
     runs = _runs()
-    res = run_ranks("rankfns:many", world, "torch", args={"fn": "graph_parallel_run", "runs": runs},
+    res = run_ranks("helpers.rankfns:many", world, "torch", args={"fn": "graph_parallel_run", "runs": runs},
                     env=ENV, timeout_s=300)
     _check(res, runs)
 
@@ -78,7 +76,7 @@ def test_graph_parallel_gloo_equals_one_process(world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_graph_parallel_mpi_equals_one_process(world):
     runs = _runs()
-    res = run_ranks("rankfns:many", world, "mpi", args={"fn": "graph_parallel_run", "runs": runs},
+    res = run_ranks("helpers.rankfns:many", world, "mpi", args={"fn": "graph_parallel_run", "runs": runs},
                     env=ENV, timeout_s=300)
     _check(res, runs)
 
@@ -89,6 +87,6 @@ def test_graph_parallel_on_cora_equals_one_process(prepared_root, comm, world):
     """Cora's 1,433-wide bag-of-words features stay sparse on every rank."""
     runs = [dict(model=m, layers=2, dataset="cora", epochs=EPOCHS) for m in ("gcn", "gcnii")]
     env = dict(ENV, GNNPIPE_DATA_ROOT=str(prepared_root))
-    res = run_ranks("rankfns:many", world, comm, args={"fn": "graph_parallel_run", "runs": runs},
+    res = run_ranks("helpers.rankfns:many", world, comm, args={"fn": "graph_parallel_run", "runs": runs},
                     env=env, timeout_s=300)
     _check(res, runs)

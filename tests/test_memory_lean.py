@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,10 +29,8 @@ from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
 from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits
 from gnnpipe.partition import build_plan, relabel_graph
 
-TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
-from saved import Saved, tensors  # noqa: E402
+from helpers.saved import Saved, tensors  # noqa: E402
 
 
 def test_dropout_saves_packed_mask_and_equals_plain_autograd():

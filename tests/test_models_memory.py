@@ -11,8 +11,6 @@ bit-packed dropout and ReLU against plain autograd, bit for bit.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,10 +21,8 @@ from gnnpipe.models import Block, ModelConfig, RunCtx, build_model, ops
 from gnnpipe.cost import GraphStats, ModelSpec, unit_works
 from gnnpipe.cost.memory import SAVED_DST, SAVED_SRC, saved_bytes
 
-TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
-from saved import Saved, tensors  # noqa: E402
+from helpers.saved import Saved, tensors  # noqa: E402
 
 # ------------------------------------------------------------------------ bit packing
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import TwoHosts, leftover_namespaces, netns_unavailable
+from helpers.netns import TwoHosts, leftover_namespaces, netns_unavailable
 
 pytestmark = pytest.mark.netns
 

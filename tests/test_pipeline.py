@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +18,9 @@ import pytest
 import torch
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
-from oracle import full_graph_run, model_config  # noqa: E402
-from rankfns import _cfg, _unit_grads  # noqa: E402
+from helpers.oracle import full_graph_run, model_config  # noqa: E402
+from helpers.rankfns import _cfg, _unit_grads  # noqa: E402
 
 from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe.config import FEATURE_FIRST_MODELS  # noqa: E402
@@ -90,7 +88,7 @@ COMMS_SLOW_MPI = ["torch", pytest.param("mpi", marks=[pytest.mark.mpi, pytest.ma
 @pytest.mark.parametrize("world,comm", WORLD_COMM)
 def test_exact_pipeline_equals_one_process(world, comm):
     runs = _runs(exact=True)
-    res = run_ranks("rankfns:many", world, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", world, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         ranks = [r[i] for r in res]
         ref = full_graph_run(**{k: v for k, v in run.items() if k != "exact"})
@@ -100,7 +98,7 @@ def test_exact_pipeline_equals_one_process(world, comm):
 @pytest.mark.parametrize("world,comm", WORLD_COMM)
 def test_stale_pipeline_equals_reference(world, comm):
     runs = _runs(exact=False)
-    res = run_ranks("rankfns:many", world, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", world, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         ranks = [r[i] for r in res]
         ref = stale_reference(**run)
@@ -115,7 +113,7 @@ def test_stale_pipeline_equals_reference(world, comm):
 
 def test_pipeline_volume_independent_of_depth():
     runs = [dict(model="gcnii", layers=L, epochs=1, chunks=4) for L in (4, 8)]
-    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     vols = []
     for i in range(2):
         ranks = [r[i] for r in res]
@@ -142,7 +140,7 @@ SWITCHES = dict(grad_scale=1.0, refresh_epochs=4)
 def test_stale_pipeline_with_the_convergence_switches_equals_reference():
     runs = [dict(model=m, layers=4, epochs=EPOCHS, chunks=5, snapshot_period=3, **SWITCHES)
             for m in ("gcn", "gcnii", "resgcn+")]
-    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         _compare([r[i] for r in res], stale_reference(**run), f"stale {run['model']} S=2 {SWITCHES}")
 
@@ -150,7 +148,7 @@ def test_stale_pipeline_with_the_convergence_switches_equals_reference():
 def test_stale_hybrid_with_the_convergence_switches_equals_reference():
     runs = [dict(model=m, layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=3,
                  **SWITCHES) for m in ("gcn", "gcnii")]
-    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         ranks = [r[i] for r in res]
         ref = stale_reference(**{k: v for k, v in run.items() if k not in ("mode", "stages")})
@@ -163,7 +161,7 @@ def test_stale_pipeline_with_exact_epochs_equals_reference():
     stale epochs read), among a snapshot (period 4) and the first 2 epochs refreshed."""
     runs = [dict(model=m, layers=4, epochs=10, chunks=5, snapshot_period=4, exact_every=3, refresh_epochs=2)
             for m in ("gcn", "gcnii", "resgcn+")]
-    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         _compare([r[i] for r in res], stale_reference(**run), f"stale {run['model']} S=2 exact_every=3")
 
@@ -235,7 +233,7 @@ HYBRID_MODELS = ["gcn", "gat", "gcnii", "resgcn+"]
 @pytest.mark.parametrize("comm", COMMS_SLOW_MPI)
 def test_hybrid_exact_equals_one_process(comm):
     runs = [dict(model=m, layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, exact=True) for m in HYBRID_MODELS]
-    res = run_ranks("rankfns:many", 4, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 4, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         ranks = [r[i] for r in res]
         ref = full_graph_run(model=run["model"], layers=4, epochs=EPOCHS)
@@ -249,7 +247,7 @@ def test_hybrid_stale_equals_reference_with_ways(comm):
 
     runs = [dict(model=m, layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4)
             for m in HYBRID_MODELS]
-    res = run_ranks("rankfns:many", 4, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 4, comm, args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         ranks = [r[i] for r in res]
         kw = {k: v for k, v in run.items() if k not in ("mode", "stages")}
@@ -284,12 +282,12 @@ def test_stale_pipeline_and_hybrid_with_the_epoch_input_transform_equal_referenc
     stages, whose first stages each transform their way's rows)."""
     runs = [dict(model=m, layers=4, epochs=EPOCHS, chunks=5, snapshot_period=3, synth_features=40)
             for m in ("gcn", "gat")]
-    res = run_ranks("rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         _compare([r[i] for r in res], stale_reference(**run), f"stale {run['model']} F=40 S=2")
     runs = [dict(model="gcn", layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4,
                  synth_features=40)]
-    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     ref = stale_reference(**{k: v for k, v in runs[0].items() if k not in ("mode", "stages")})
     _compare([r[0] for r in res[:2]], ref, "stale hybrid gcn F=40 2x2")
     _compare([r[0] for r in res[2:]], ref, "stale hybrid gcn F=40 2x2 (way 1)")

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import sys
 import weakref
 from pathlib import Path
 
@@ -18,9 +17,8 @@ import pytest
 import torch
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
-from rankfns import _cfg  # noqa: E402
+from helpers.rankfns import _cfg  # noqa: E402
 
 from gnnpipe.comm import SingleProcessCommunicator  # noqa: E402
 from gnnpipe.data import synthetic  # noqa: E402
@@ -139,7 +137,7 @@ def test_bfloat16_history_halves_the_buffers_and_trains():
 def test_hybrid_buffers_hold_only_the_ways_rows_and_bfloat16_trains():
     runs = [dict(model="gcn", layers=4, epochs=15, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4,
                  history_dtype=dt, synth_nodes=400) for dt in ("float32", "bfloat16")]
-    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     f32, b16 = res[0][0], res[0][1]
     assert b16["losses"][-1] < 0.8 * b16["losses"][0]
     assert abs(b16["acc"]["val_acc"] - f32["acc"]["val_acc"]) <= 0.1, (b16["acc"], f32["acc"])
@@ -234,7 +232,7 @@ def test_pipeline_and_hybrid_evaluate_the_same_exact_model_alike():
     runs = [dict(model="gcnii", layers=4, epochs=3, exact=True),
             dict(model="gcnii", layers=4, epochs=3, exact=True, mode="hybrid", ways=2, stages=2),
             dict(model="gcnii", layers=4, epochs=3, mode="hybrid", ways=2, stages=2, chunks=3)]
-    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     pipe, hyb, stale = (res[0][i]["acc"] for i in range(3))
     assert all(r[i]["acc"] == res[0][i]["acc"] for r in res for i in range(3))
     for key in pipe:

@@ -16,13 +16,11 @@ through host memory (the path of ranks sharing one GPU). What is checked, per ra
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
 from gnnpipe.spawn import run_ranks  # noqa: E402
 
@@ -63,7 +61,7 @@ def _check(rank: int, res: dict) -> None:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_every_tensor_on_the_device(layout):
     world, kw = LAYOUTS[layout]
-    res = run_ranks("devicefns:placement", world, "torch", args={"models": MODELS, **kw}, env=ENV, timeout_s=600)
+    res = run_ranks("helpers.devicefns:placement", world, "torch", args={"models": MODELS, **kw}, env=ENV, timeout_s=600)
     for rank, per_model in enumerate(res):
         assert [r["model"] for r in per_model] == MODELS
         for r in per_model:
@@ -75,7 +73,7 @@ def test_host_reads_do_not_grow_with_chunks():
     read the host the same number of times per epoch."""
     reads = {}
     for chunks in (4, 16):
-        res = run_ranks("devicefns:placement", 2, "torch", args={"models": ["gcn"], "mode": "pipeline",
+        res = run_ranks("helpers.devicefns:placement", 2, "torch", args={"models": ["gcn"], "mode": "pipeline",
                                                                   "chunks": chunks}, env=ENV, timeout_s=300)
         reads[chunks] = [r[0]["device"]["host_reads"] for r in res]
     assert reads[4] == reads[16], reads

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
 from test_imports import _imports, _modules, import_graph  # noqa: E402
 
@@ -63,9 +61,11 @@ def reach(test: Path, mods: dict, graph: dict) -> set[str]:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                 names = [node.module]
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):  # run_ranks("rankfns:fn", ...)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):  # run_ranks("helpers.rankfns:fn", ...)
                 names.append(node.value.partition(":")[0])
-            todo += [TESTS / f"{n}.py" for n in names if n.isidentifier() and (TESTS / f"{n}.py").is_file()]
+            for n in names:  # a helper in tests/ (helpers.rankfns) or a test module
+                if n and all(part.isidentifier() for part in n.split(".")):
+                    todo.append(TESTS / (n.replace(".", "/") + ".py"))
         start |= {mod for cmd, mod in COMMANDS.items() if cmd in text}
     out, todo2 = set(), list(start)
     while todo2:

@@ -9,16 +9,14 @@ chunks read) is what per-chunk exchanges would send; on a dense graph it is far 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
 
-from rankfns import _cfg  # noqa: E402
+from helpers.rankfns import _cfg  # noqa: E402
 
 from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe.partition import build_plan  # noqa: E402
@@ -108,7 +106,7 @@ def test_plan_chunk_facts_match_the_chunks_the_executor_builds():
 def test_hybrid_predicted_bytes_equal_measured_on_real_ranks(model):
     # 2 ways x 2 stages, Gloo: one epoch's halo, pipe and all-reduce bytes equal plan.predict.
     run = dict(model=model, layers=4, epochs=1, mode="hybrid", ways=2, stages=2, chunks=3)
-    res = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": [run]},
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": [run]},
                     env={"PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}, timeout_s=300)
     ranks = [r[0] for r in res]
     sent = {k: sum(r["bytes"].get(k, 0) for r in ranks) for k in
@@ -133,9 +131,9 @@ def test_hybrid_halo_bytes_at_most_graph_parallel_on_a_dense_graph():
     # several chunks of a way; each still crosses once per way, layer and direction.
     dense = dict(synth_nodes=300, synth_degree=40.0, model="gcn", layers=3, epochs=1)
     env = {"PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
-    res_g = run_ranks("rankfns:many", 2, "torch", args={"fn": "graph_parallel_run", "runs": [dense]},
+    res_g = run_ranks("helpers.rankfns:many", 2, "torch", args={"fn": "graph_parallel_run", "runs": [dense]},
                       env=env, timeout_s=300)
-    res_h = run_ranks("rankfns:many", 4, "torch", args={"fn": "pipeline_run",
+    res_h = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run",
                       "runs": [dict(dense, mode="hybrid", ways=2, stages=2, chunks=4)]}, env=env, timeout_s=300)
 
     def halo(res):

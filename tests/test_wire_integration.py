@@ -20,9 +20,8 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-sys.path.insert(0, str(TESTS))
 
-from rankfns import _cfg  # noqa: E402
+from helpers.rankfns import _cfg  # noqa: E402
 
 from gnnpipe import GnnpipeError  # noqa: E402
 from gnnpipe.config import TrainConfig  # noqa: E402
@@ -40,7 +39,7 @@ LOSSY = [f for f in WIRE_FORMATS if f != "float32"]
 
 def _launch(world: int, runs: list[dict]) -> list[list[dict]]:
     """Per run, every rank's result."""
-    res = run_ranks("wirefns:many", world, "torch", args={"runs": runs}, env=ENV, timeout_s=600)
+    res = run_ranks("helpers.wirefns:many", world, "torch", args={"runs": runs}, env=ENV, timeout_s=600)
     return [[r[i] for r in res] for i in range(len(runs))]
 
 

@@ -9,7 +9,7 @@ from gnnpipe.models import ModelConfig, RunCtx, build_model, loss_fn
 from gnnpipe.models.block import Block
 from gnnpipe.parallel.features import features_to_tensor
 from gnnpipe.data.load import load_graph_for
-from rankfns import _cfg, _unit_grads
+from helpers.rankfns import _cfg, _unit_grads
 
 
 def model_config(cfg, graph) -> ModelConfig:

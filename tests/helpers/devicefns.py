@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 
 import gnnpipe.train.setup as setup
-from fake_device import FakeDevice, cpu_tensors
+from helpers.fake_device import FakeDevice, cpu_tensors
 from gnnpipe.data.load import load_graph_for
-from rankfns import _cfg
+from helpers.rankfns import _cfg
 
 
 def _run(comm, cfg, fd: FakeDevice | None) -> dict:

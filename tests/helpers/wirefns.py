@@ -18,7 +18,7 @@ from gnnpipe.parallel import build
 from gnnpipe.parallel.executor import StaleOptions
 from gnnpipe.wire import Wire
 from gnnpipe.train.setup import executor_for_config, model_config, plan_for
-from rankfns import _cfg
+from helpers.rankfns import _cfg
 
 
 def _executor(comm, cfg, exact_lossy: str | None):
