@@ -69,6 +69,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child: SIGINT back to its default. A suite started in the background by a
+    shell without job control (``cmd &`` in a script) inherits SIGINT ignored, and a shell
+    cannot trap a signal ignored at its start: the launcher scripts' Ctrl-C handling would
+    never run, as it does for a user at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_torch_ranks(world: int, out: Path, args: list[str],
                       one_group: bool = False) -> list[subprocess.Popen]:
     """``world`` ranks with torchrun's environment, each its own process (and session,
@@ -86,7 +94,7 @@ def start_torch_ranks(world: int, out: Path, args: list[str],
         with open(out / f"rank{rank}.log", "wb") as log:
             procs.append(subprocess.Popen(
                 [sys.executable, "-c", _RAISING_MAIN, *args, "--comm", "torch"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, **kw))
+                env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_sigint_as_in_a_terminal, **kw))
     return procs
 
 
@@ -100,7 +108,8 @@ def start_script(script: str, launcher_args: list[str], args: list[str], out: Pa
             [str(REPO / "scripts" / "launch" / script), *launcher_args, "--", *args],
             env=dict(os.environ, OMP_NUM_THREADS="1", GNNPIPE_VENV=str(VENV_BIN.parent),
                      GNNPIPE_GRACE_S=str(GRACE_S), **(env or {})),
-            stdout=stdout if split else log, stderr=log, start_new_session=True)
+            stdout=stdout if split else log, stderr=log, start_new_session=True,
+            preexec_fn=_sigint_as_in_a_terminal)
 
 
 #: The notice torch 2.9's Gloo writes to stdout at every rendezvous, in pieces that two ranks'
