@@ -11,7 +11,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
-from test_imports import _imports, _modules, import_graph  # noqa: E402
+from test_imports import _imports, _modules, code_free_package, import_graph  # noqa: E402
 
 #: Console scripts and launchers a test may run instead of importing: the module each enters.
 COMMANDS = {"gnnpipe-train": "gnnpipe.cli.train", "gnnpipe.train": "gnnpipe.cli.train",
@@ -119,9 +119,8 @@ def index_problems() -> list[str]:
     for m in sorted(mods):
         if m == "gnnpipe" or m.endswith("__main__") or m in covered:
             continue
-        body = ast.parse(mods[m].read_text()).body
-        if mods[m].name == "__init__.py" and all(isinstance(n, ast.Expr) for n in body):
-            continue  # a folder's __init__ with no code
+        if code_free_package(mods[m]):
+            continue
         if not any(m.startswith(c + ".") for c in covered):
             problems.append(f"{m} has no row")
     return problems
