@@ -97,9 +97,10 @@ class TrainConfig:
     refresh_epochs: int = _m(0, "pipeline/hybrid: before each of the first N epochs, refill the history with an exact "
                              "forward (no gradient) of the current weights and the epoch's dropout masks, so those "
                              "epochs' forwards are exact (one extra forward each)")
-    exact_every: int = _m(0, "pipeline: epochs 0, N, 2N, ... run exact (the whole graph as one chunk: exact forward "
-                          "and backward, the stages take turns instead of overlapping) and write the history the "
-                          "stale epochs between them read (0: off); docs/convergence-notes.md")
+    exact_every: int = _m(0, "pipeline/hybrid: epochs 0, N, 2N, ... run exact (the whole graph, or a hybrid way's "
+                          "whole part, as one chunk: exact forward and backward, the stages take turns instead of "
+                          "overlapping) and write the history the stale epochs between them read (0: off); "
+                          "docs/convergence-notes.md")
     snapshot_period: int = _m(0, "refresh the historical-embedding snapshot every K epochs (0: off, the default: the "
                               "paper's K = 23 keeps stale rows up to K epochs old, which cost 2 points of Squirrel "
                               "GCNII-32 at 60 epochs; docs/convergence-notes.md)")
@@ -165,9 +166,10 @@ class TrainConfig:
         if self.exact and self.wire != "float32":
             raise GnnpipeError(f"--exact keeps float32 on the wire; --wire {self.wire} is lossy "
                                "(drop --exact or use --wire float32)")
-        if self.exact_every and self.mode != "pipeline":
-            raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are built for "
-                               f"--mode pipeline only, not --mode {self.mode} (drop --exact-every, or use pipeline)")
+        if self.exact_every and self.mode == "graph":
+            raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
+                               "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
+                               "--mode graph (drop --exact-every)")
         if not 0.0 <= self.dropout < 1.0:
             bad("dropout", self.dropout, "a probability in [0, 1)")
         if self.lr <= 0:

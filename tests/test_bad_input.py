@@ -90,10 +90,10 @@ TOMLS = {
 }
 
 TRAIN_FLAG_CASES = [
-    # --exact-every (stage.py rule 8): pipeline mode only, a count
+    # --exact-every (stage.py rule 8): the stale modes only, a count
     (["--exact-every", "-1"], "exact_every"), (["--exact-every", "x"], "--exact-every"),
     (["--exact-every", "1.5"], "--exact-every"), (["--mode", "graph", "--exact-every", "2"], "--exact-every 2"),
-    (["--mode", "hybrid", "--ways", "2", "--exact-every", "2"], "not --mode hybrid"),
+    (["--mode", "graph", "--parts", "2", "--exact-every", "3"], "not --mode graph"),
     (["--exact-every", "1e3"], "--exact-every"),
     (["--refresh-epochs", "-1"], "refresh_epochs"), (["--grad-scale", "nan"], "grad_scale"),
     (["--snapshot-period", "x"], "--snapshot-period"), (["--stop-at-val-acc", "2"], "stop_at_val_acc"),
@@ -299,8 +299,8 @@ BENCH_CASES = [
     (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "'unclosed", "--out", "{NEW}"], "--train-flags"),
     (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "--bogus 1", "--out", "{NEW}"], "--bogus"),
     (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "--layers 0", "--out", "{NEW}"], "layers"),
-    (["tta", "--config", "tiny", "--modes", "graph,hybrid", "--local", "--quick", "--train-flags", "--exact-every 2",
-      "--out", "{NEW}"], "--mode hybrid"),
+    (["tta", "--config", "tiny", "--modes", "graph,hybrid", "--local", "--quick", "--train-flags", "--exact-every -2",
+      "--out", "{NEW}"], "exact_every"),
     (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "--wire int8 --exact", "--out", "{NEW}"], "--exact"),
     (["tta", "--bogus"], "unrecognized"),
     # cluster: the job's gnnpipe-train flags and every sweep cell's are parsed before a namespace is made
@@ -311,7 +311,7 @@ BENCH_CASES = [
     (["cluster", "--out", "{W}/file.txt", "--", "--dataset", "sbm"], "is a file"),
     (["cluster", "--out", "{W}/file.txt/x", "--", "--dataset", "sbm"], "is a file"),
     (["cluster", "--", "--bogus"], "--bogus"), (["cluster", "--", "--dataset", "sbm", "--layers", "0"], "layers"),
-    (["cluster", "--", "--dataset", "sbm", "--mode", "hybrid", "--exact-every", "2"], "--exact-every"),
+    (["cluster", "--", "--dataset", "sbm", "--mode", "graph", "--exact-every", "2"], "--exact-every"),
     (["cluster", "--"], "no gnnpipe-train arguments"), (["cluster"], "no gnnpipe-train arguments"), (["cluster", "--bogus"], "unrecognized"),
     (["cluster", "--sweep", "--rates", "5xbit", "--out", "{NEW}"], "link rate"),
     (["cluster", "--sweep", "--modes", "bogus", "--out", "{NEW}"], "mode must be"),

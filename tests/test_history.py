@@ -106,3 +106,21 @@ def test_buffers_take_the_history_dtype():
     hy = History({2: 4}, rows=3, halo_rows=2, grad_fix=True, snapshot_period=1, dtype=torch.bfloat16)
     assert {t.dtype for t in [*hy.hist.values(), *hy.gacc.values(), *hy.remote.values(), *hy.gremote.values()]} == {
         torch.bfloat16}
+
+
+def test_an_exact_epoch_writes_every_row_of_h_and_r_rounded_to_the_history_dtype():
+    """Rule 8: an exact epoch's whole-part rows replace H_u, and the other ways' rows it
+    exchanged replace R_u; what a stale epoch after it reads is exactly those rows."""
+    hy = History({1: 3}, rows=5, halo_rows=4, grad_fix=True, snapshot_period=0, dtype=torch.bfloat16)
+    hy.begin_epoch(0)
+    rows = torch.randn(5, 3, requires_grad=True)
+    halo = torch.randn(4, 3)
+    hy.write_whole(1, rows * 1, halo)
+    hy.end_epoch()
+    hy.begin_epoch(1)
+    assert torch.equal(hy.hist[1], rows.detach().to(torch.bfloat16))
+    assert torch.equal(hy.remote[1], halo.to(torch.bfloat16))
+    with pytest.raises(GnnpipeError, match="4 rows for a history of 5"):
+        hy.write_whole(1, torch.zeros(4, 3), halo)
+    with pytest.raises(GnnpipeError, match="need 4 halo rows"):
+        hy.write_whole(1, torch.zeros(5, 3))

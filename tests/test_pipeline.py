@@ -166,6 +166,21 @@ def test_stale_pipeline_with_exact_epochs_equals_reference():
         _compare([r[i] for r in res], stale_reference(**run), f"stale {run['model']} S=2 exact_every=3")
 
 
+def test_stale_hybrid_with_exact_epochs_equals_reference():
+    """Rule 8 in a 2 x 2 hybrid: every 3rd epoch each way runs its whole part as one chunk,
+    exchanging the other way's rows fresh inside autograd, and writes its own rows (H) and
+    the other way's (R) that the stale epochs read; among a snapshot (period 4), the first
+    2 epochs refreshed and gcn and gcnii (whose carry h0 crosses the stages)."""
+    runs = [dict(model=m, layers=4, epochs=10, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4,
+                 exact_every=3, refresh_epochs=2) for m in ("gcn", "gcnii")]
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ranks = [r[i] for r in res]
+        ref = stale_reference(**{k: v for k, v in run.items() if k not in ("mode", "stages")})
+        _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 exact_every=3")
+        _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 exact_every=3 (way 1)")
+
+
 def test_exact_epochs_are_the_one_process_epochs_and_feed_the_stale_ones():
     """In the oracle, an exact epoch's loss is the one-process loss (epoch 0 and, every epoch
     exact, all of them); the stale epoch after an exact one reads the rows it wrote, so it
@@ -179,13 +194,13 @@ def test_exact_epochs_are_the_one_process_epochs_and_feed_the_stale_ones():
     assert alt[1] != pytest.approx(stale[1], rel=1e-4)
 
 
-def test_exact_epochs_are_refused_outside_pipeline_mode():
+def test_exact_epochs_are_refused_in_graph_mode():
     from gnnpipe.config import TrainConfig
     from gnnpipe._base import GnnpipeError
 
-    for mode in ("graph", "hybrid"):
-        with pytest.raises(GnnpipeError, match=f"--exact-every 2: .*not --mode {mode}"):
-            TrainConfig(mode=mode, exact_every=2)
+    with pytest.raises(GnnpipeError, match="--exact-every 2: .*not --mode graph"):
+        TrainConfig(mode="graph", exact_every=2)
+    assert TrainConfig(mode="hybrid", ways=2, exact_every=2).exact_every == 2
 
 
 @pytest.mark.parametrize("ways", [1, 2])

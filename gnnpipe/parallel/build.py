@@ -24,7 +24,7 @@ import torch
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import ParallelDims
 from gnnpipe.models import GNN, USER_MODEL, ModelConfig, build_model
-from gnnpipe.parallel.chunks import build_chunk, build_chunks
+from gnnpipe.parallel.chunks import build_chunks
 from gnnpipe.parallel.executor import Executor, StaleOptions
 from gnnpipe.parallel.features import gather_feature_rows
 from gnnpipe.parallel.graph import GraphParallelExecutor
@@ -174,12 +174,8 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
                           source=source, hist_dtype=getattr(torch, history_dtype))
     exact_stage = None
     if opts.exact_every:  # stage.py rule 8: the same units over one chunk, writing this history
-        if D > 1:
-            raise GnnpipeError("internal: exact_every is built for one way (pipeline mode)")
-        whole = [build_chunk(rg.indptr, rg.indices, deg, 0, rg.num_nodes, 0, plan.perm).to(device)]
-        exact_stage = PipelineStage(block, whole, rg.num_nodes, StaleOptions.resolve(True), seed,
-                                    features=StageFeatures(x, whole, units[0], device, x_rows) if a == 0 else None,
-                                    targets=targets, source=LocalHistory(whole), history=stage.history)
+        exact_stage = _exact_epoch_stage(rg, plan, deg, way, block, stage, x, x_rows, targets, cross, wire,
+                                         seed, device)
     for u in units[a:b]:
         u.to(device)  # (before the optimizer is built over the parameters)
     params = [p for u in units[a:b] for p in u.parameters()]
@@ -189,6 +185,21 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), block.carry_in, block.carry_out)
     return ex
+
+
+def _exact_epoch_stage(rg, plan, deg, way: int, block: StageUnits, stage: PipelineStage, x, x_rows, targets,
+                       cross, wire: Wire, seed: int, device) -> PipelineStage:
+    """Rule 8's stage of the exact epochs: ``stage``'s units over one chunk spanning the
+    whole graph (pipeline) or this way's whole part, exchanging the other ways' rows fresh
+    inside autograd as the exact hybrid does (hybrid); it writes ``stage``'s history."""
+    # one chunk per way: its part (one way: the whole graph); only this way's gets a block
+    whole_all = build_chunks(rg.indptr, rg.indices, plan.part_ptr, deg, orig=plan.perm, only=range(way, way + 1))
+    whole = [whole_all[way].to(device)]
+    source = (build_way_link(cross, plan, whole_all, way, 1, True, wire, device) if plan.num_parts > 1
+              else LocalHistory(whole))
+    feats = StageFeatures(x, whole, block.units[0], device, x_rows) if block.first == 0 else None
+    return PipelineStage(block, whole, rg.num_nodes, StaleOptions.resolve(True), seed, features=feats,
+                         targets=targets, source=source, history=stage.history)
 
 
 def first_stage_features(features, plan, chunks: list, whole: bool) -> tuple:

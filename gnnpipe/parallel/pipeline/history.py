@@ -121,6 +121,20 @@ class History:
             g.zero_()
         self.backward_phase = False
 
+    def write_whole(self, pos: int, rows: torch.Tensor, halo: torch.Tensor | None = None) -> None:
+        """An exact epoch's rows of unit ``pos`` (rule 8): every row of ``H_u`` and, with
+        remote rows, every row of ``R_u`` (``halo``, in ``R_u``'s row order), detached and
+        rounded to the buffers' dtype, as chunks write theirs."""
+        h = self.hist[pos]
+        if rows.shape[0] != h.shape[0]:
+            raise GnnpipeError(f"internal: {rows.shape[0]} rows for a history of {h.shape[0]}")
+        h.copy_(rows.detach())
+        r = self.remote.get(pos)
+        if r is not None:
+            if halo is None or halo.shape[0] != r.shape[0]:
+                raise GnnpipeError(f"internal: the remote rows of unit {pos} need {r.shape[0]} halo rows")
+            r.copy_(halo.detach())
+
     # ------------------------------------------------------------------ checkpoints
     def set_snapshot(self, snap: dict | None, rsnap: dict | None = None) -> None:
         """Load a snapshot of ``H`` (and of ``R``, when there are remote rows): copied into

@@ -50,12 +50,15 @@ independent one-process implementation of the same rules, used as the tests' ora
    old (or the snapshot's) otherwise; its gradient counts if produced at an earlier
    backward slot than its chunk's. How the rows and gradients travel (each boundary row
    once per unit and epoch in each direction) is :class:`gnnpipe.parallel.pipeline.waylink.WayLink`'s.
-8. **Exact epochs** (``exact_every`` N; 0 = off; pipeline mode). Epochs ``e`` with
+8. **Exact epochs** (``exact_every`` N; 0 = off; pipeline and hybrid). Epochs ``e`` with
    ``e % N == 0`` run as exact mode does (rule 6: one chunk spanning the whole graph, run
-   by a second stage over the same units), with two differences: the epoch still passes
-   through rule 4's phases, and at each aggregating unit with history the whole graph's
-   input rows are written into ``H_u`` (the stale epochs after it read them, as they read
-   a stale epoch's rows). Exact epochs take no refresh (rule 5): their forward is exact.
+   by a second stage over the same units; in a hybrid way, one chunk spanning its part,
+   the other ways' rows exchanged current inside autograd as the exact hybrid does), with
+   two differences: the epoch still passes through rule 4's phases, and at each
+   aggregating unit with history the whole graph's input rows are written into ``H_u``
+   (in a hybrid way, its part's into ``H_u`` and the exchanged rows of the other ways
+   into ``R_u``: the stale epochs after it read them, as they read a stale epoch's rows).
+   Exact epochs take no refresh (rule 5): their forward is exact.
    Every other epoch follows rules 1–5. Measured (docs/convergence-notes.md): the stale
    backward's gradient is biased in a way no rule that keeps it chunked removed; an exact
    step every N epochs pulls the weights back towards exact training's path.
@@ -292,6 +295,8 @@ class PipelineStage:
                     # and their gradients return inside autograd, as in graph parallelism.
                     h_src = self.source.with_fresh(h, self.epoch if training else None,
                                                    self.first_unit + pos)
+                    if training and pos in self.history:  # rule 8 in a hybrid way: H_u, R_u as any epoch's
+                        self.history.write_whole(pos, h, h_src[h.shape[0]:])
                 elif pos not in self.history:  # one chunk spanning every node: nothing outside it
                     h_src = h
                 else:
@@ -340,7 +345,8 @@ class PipelineStage:
         # remote rows' gradients accumulated since the forward phase, into their owners' G_u
         # before chunk k's backward injects G_u (a collective: every way, every chunk)
         hy = self.history
-        self.source.before_backward(k, hy.gacc, hy.gremote, epoch=self.epoch, unit0=self.first_unit)
+        if not self.source.fresh:  # (a fresh source's gradients return inside autograd)
+            self.source.before_backward(k, hy.gacc, hy.gremote, epoch=self.epoch, unit0=self.first_unit)
         if self.is_last:
             torch.autograd.backward([st.loss], [torch.ones_like(st.loss)])
         elif st.root is not None:
