@@ -36,6 +36,9 @@ INPUT_LINEAR_MODELS = ("gcnii", "resgcn+")
 #: Every built-in model (``--model``); the one definition the model zoo, the volume
 #: formulas and the planner use.
 MODELS = FEATURE_FIRST_MODELS + INPUT_LINEAR_MODELS
+#: Models whose units are linear in their source rows, so that boundary sampling's zero and
+#: scaled rows equal dropped and reweighted edges (:mod:`gnnpipe.partition.sampling`).
+SAMPLED_MODELS = ("gcn", "sage", "gcnii")
 #: Layer libraries the built-in models run on (``--backend``).
 BACKENDS = ("pyg", "dgl")
 #: ``--dataset`` names of the built-in synthetic graphs (generated, never prepared).
@@ -111,6 +114,9 @@ class TrainConfig:
                    "pipeline chunk activations, rows between hybrid ways): float32 exact; bfloat16 rounds; int8/int4 "
                    "quantise each row with a scale and offset, stochastic rounding keyed by seed (evaluation and the "
                    "weight all-reduce stay float32)", choices=WIRE_FORMATS)
+    boundary_sample: float = _m(1.0, "graph mode: each epoch only a seeded random fraction P of each part's boundary "
+                                "rows travels (scaled by 1/P; their gradients return), as BNS-GCN samples boundary "
+                                "nodes; gcn, sage and gcnii only; 1: every row (exact)")
     comm: str = _f("auto", "communicator: torch (Gloo/NCCL), mpi (mpi4py), auto (mpi under mpirun)", choices=("auto", "torch", "mpi"))
     device: str = _f("cpu", "cpu or cuda (each rank on GPU (local rank // ranks per GPU))", choices=("cpu", "cuda"))
     comm_backend: str = _f("auto", "--device cuda with --comm torch: nccl (one rank per GPU), gloo (messages staged "
@@ -134,6 +140,11 @@ class TrainConfig:
                            "(cached by file size and mtime in <dataset>/.verified.json; --no-verify-data skips it)")
     overwrite: bool = _f(False, "start afresh in an --out that holds an earlier run: deletes its config.json, "
                          "metrics.jsonl, summary.json and checkpoints/ (nothing else); without it such an --out is refused")
+
+    def _check_boundary_sample(self) -> None:
+        why = _boundary_sample_problem(self)
+        if why:
+            raise GnnpipeError(f"--boundary-sample {self.boundary_sample:g} {why} (drop --boundary-sample)")
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -166,6 +177,10 @@ class TrainConfig:
         if self.exact and self.wire != "float32":
             raise GnnpipeError(f"--exact keeps float32 on the wire; --wire {self.wire} is lossy "
                                "(drop --exact or use --wire float32)")
+        if not (isinstance(self.boundary_sample, (int, float)) and 0.0 < self.boundary_sample <= 1.0):
+            bad("boundary_sample", self.boundary_sample, "a fraction in (0, 1] (1: every boundary row)")
+        if self.boundary_sample < 1.0:
+            self._check_boundary_sample()
         if self.exact_every and self.mode == "graph":
             raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
@@ -187,6 +202,18 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _boundary_sample_problem(cfg: "TrainConfig") -> str | None:
+    """Why ``--boundary-sample`` below 1 cannot run with the rest of ``cfg`` (None: it can)."""
+    if cfg.mode != "graph":
+        return f"is built for --mode graph, not --mode {cfg.mode}"
+    if cfg.exact:
+        return "drops boundary rows, which --exact forbids"
+    if cfg.model not in SAMPLED_MODELS:
+        return (f"scales the sampled rows, which equals dropping edges only for layers linear in their "
+                f"inputs ({', '.join(SAMPLED_MODELS)}), not --model {cfg.model}")
+    return None
 
 
 #: The fields marked ``math`` above: the ones that change the numbers of training (a

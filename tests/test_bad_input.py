@@ -95,6 +95,10 @@ TRAIN_FLAG_CASES = [
     (["--exact-every", "1.5"], "--exact-every"), (["--mode", "graph", "--exact-every", "2"], "--exact-every 2"),
     (["--mode", "graph", "--parts", "2", "--exact-every", "3"], "not --mode graph"),
     (["--exact-every", "1e3"], "--exact-every"),
+    # --boundary-sample: a fraction, graph mode, the models linear in their inputs
+    (["--boundary-sample", "0"], "boundary_sample"), (["--boundary-sample", "x"], "--boundary-sample"),
+    (["--boundary-sample", "1.5"], "boundary_sample"), (["--boundary-sample", "0.5"], "not --mode pipeline"),
+    (["--mode", "graph", "--model", "gat", "--boundary-sample", "0.5"], "not --model gat"),
     (["--refresh-epochs", "-1"], "refresh_epochs"), (["--grad-scale", "nan"], "grad_scale"),
     (["--snapshot-period", "x"], "--snapshot-period"), (["--stop-at-val-acc", "2"], "stop_at_val_acc"),
     (["--divergence-drop", "0"], "divergence_drop"),

@@ -67,7 +67,8 @@ def check_layout(dims: ParallelDims, mcfg: ModelConfig) -> None:
 
 def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opts: StaleOptions, *,
                    seed: int, optimizer: OptimizerFactory, history_dtype: str = "float32",
-                   device: str = "cpu", wire: Wire = FLOAT32, model: GNN | None = None) -> Executor:
+                   device: str = "cpu", wire: Wire = FLOAT32, model: GNN | None = None,
+                   boundary_sample: float = 1.0) -> Executor:
     """This rank's executor.
 
     Args:
@@ -91,6 +92,8 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         model: the model to run instead of ``build_model(mcfg, seed)`` (a chain of user layers,
             :class:`gnnpipe.models.user.UserGNN`; identical initial weights on every rank are
             the caller's job); ``mcfg`` must describe it.
+        boundary_sample: graph mode: the fraction of each part's boundary rows a training
+            exchange sends per epoch (:mod:`gnnpipe.partition.sampling`); 1.0 sends all.
 
     Raises:
         GnnpipeError: the layout does not fit the world, the plan or the model.
@@ -103,12 +106,14 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
     num_train = int(np.count_nonzero(np.asarray(graph.train_mask)))
     device = torch.device(device)
     if dims.mode == "graph":
-        return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model)
+        return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
+                            boundary_sample)
     return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire,
                            model, device)
 
 
-def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model) -> GraphParallelExecutor:
+def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
+                 boundary_sample) -> GraphParallelExecutor:
     local = load_local_part(graph, plan, comm.rank)
     halo_rows = plan.perm[np.asarray(local.halo.recv_ids, dtype=np.int64)]
     halo_x = gather_feature_rows(graph.features, halo_rows)
@@ -117,7 +122,8 @@ def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wi
     model.to(device)  # before the optimizer is built over its parameters
     opt = optimizer(list(model.parameters()))
     return GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=seed,
-                                 multilabel=graph.multilabel, device=device, wire=wire)
+                                 multilabel=graph.multilabel, device=device, wire=wire,
+                                 boundary_sample=boundary_sample)
 
 
 def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,

@@ -16,6 +16,10 @@ lossy ``--wire`` format ``row_bytes(d_in, wire)`` per row instead of ``d_in · s
 * ``halo_bwd``: the same amount again, gradients of those rows;
 * ``allreduce``: the parameter bytes, once per rank.
 
+With boundary sampling (``boundary_sample`` P < 1, :mod:`gnnpipe.partition.sampling`) each
+training exchange carries, per ordered pair of parts, ``⌊P·n⌋`` of the pair's ``n`` rows
+instead of all of them, in both directions.
+
 The input features' halo never travels: features are constant, so every rank reads its halo
 rows of the (memory-mapped) dataset at start-up — cheaper still than the one-time exchange
 the paper's model would suggest (see :mod:`gnnpipe.partition.volume`).
@@ -56,10 +60,14 @@ class GraphParallelExecutor(Executor):
             are put there (the model is the caller's to place, as its optimizer is built
             over its parameters).
         wire: the wire format of the training halos (forward rows and their gradients).
+        boundary_sample: the fraction of each peer's boundary rows a training exchange sends
+            per epoch (BNS-GCN's sampling, :mod:`gnnpipe.partition.sampling`); 1.0, the
+            default, sends every row (exact).
     """
 
     def __init__(self, comm, local, halo_features, model: GNN, optimizer, num_train_global: int,
-                 seed: int = 0, multilabel: bool = False, device: str = "cpu", wire: Wire = FLOAT32) -> None:
+                 seed: int = 0, multilabel: bool = False, device: str = "cpu", wire: Wire = FLOAT32,
+                 boundary_sample: float = 1.0) -> None:
         self.comm = comm
         self.dims = ParallelDims("graph", ways=comm.world_size)
         self.local = local
@@ -78,7 +86,8 @@ class GraphParallelExecutor(Executor):
         gid_local = np.asarray(local.orig_ids, dtype=np.int64)
         gid_halo = np.asarray(local.halo_orig_ids, dtype=np.int64)
         self.exchanger = HaloExchanger(comm, n, halo.send_idx, halo.recv_counts, wire=wire,
-                                       gid_local=gid_local, gid_halo=gid_halo, device=self.device)
+                                       gid_local=gid_local, gid_halo=gid_halo, device=self.device,
+                                       sample=boundary_sample, seed=seed)
         self.block = Block(
             indptr=torch.as_tensor(np.asarray(local.indptr, dtype=np.int64)),
             indices=torch.as_tensor(np.asarray(local.indices, dtype=np.int64)),

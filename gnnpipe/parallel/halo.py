@@ -20,10 +20,13 @@ exchanges (``epoch`` not given) are always float32: evaluation is exact full-gra
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.partition.sampling import sample_scale, sampled_positions
 from gnnpipe.wire import FLOAT32, KIND_HALO, Wire, message_site
 
 
@@ -73,12 +76,23 @@ class HaloExchanger:
         gid_local, gid_halo: int64 ORIGINAL node ids of the local rows [num_local] and of the
             halo rows [num_halo] (the rounding keys; needed only by a lossy ``wire``).
         device: where the rows live (the index lists are kept there).
+        sample: boundary sampling (``--boundary-sample``, :mod:`gnnpipe.partition.sampling`):
+            each training exchange sends each peer the epoch's ``⌊sample·n⌋`` of its ``n``
+            rows, scaled by ``n / k``, and their gradients back; 1.0 (the default) sends
+            every row. The rank's part is ``comm.rank``.
+        seed: the run's seed (the sample's draw).
     """
 
     def __init__(self, comm, num_local: int, send_idx: list, recv_counts,
                  fwd_category: str = "halo_fwd", bwd_category: str = "halo_bwd", *,
-                 wire: Wire = FLOAT32, gid_local=None, gid_halo=None, device: torch.device | str = "cpu") -> None:
+                 wire: Wire = FLOAT32, gid_local=None, gid_halo=None, device: torch.device | str = "cpu",
+                 sample: float = 1.0, seed: int = 0) -> None:
         self.comm = comm
+        # boundary sampling (gnnpipe.partition.sampling): training exchanges keep a seeded
+        # fraction of each peer's rows; 1.0 exchanges every row
+        self.sample = float(sample)
+        self.seed = int(seed)
+        self._drawn: tuple | None = None  # (epoch, _Draw) of the last epoch drawn
         self.fwd_category = fwd_category
         self.bwd_category = bwd_category
         self.num_local = int(num_local)
@@ -96,20 +110,92 @@ class HaloExchanger:
             if gl.shape != (self.num_local,) or gh.shape != (self.num_halo,):
                 raise GnnpipeError(f"internal: original ids {tuple(gl.shape)} / {tuple(gh.shape)} for "
                                    f"{self.num_local} local and {self.num_halo} halo rows")
+            self.gid_local, self.gid_halo = gl, gh
             # per peer: the original ids of the rows sent forward and of the gradients sent back
             self.send_gid = [gl.index_select(0, idx) for idx in self.send_idx]
             self.recv_gid = [gh[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
+
+    def _draw(self, epoch: int) -> "_Draw":
+        """Epoch ``epoch``'s boundary sample (the same for every unit of the epoch)."""
+        if self._drawn is not None and self._drawn[0] == epoch:
+            return self._drawn[1]
+        me = self.comm.rank
+        sends, scales, recv_pos = [], [], []
+        for q, idx in enumerate(self.send_idx):
+            n = idx.numel()
+            pos = torch.from_numpy(sampled_positions(self.seed, epoch, me, q, n, self.sample)).to(self.device)
+            sends.append(idx.index_select(0, pos))
+            scales.append(sample_scale(n, self.sample))
+            m = self.recv_counts[q]
+            rpos = sampled_positions(self.seed, epoch, q, me, m, self.sample) + self.recv_off[q]
+            recv_pos.append(torch.from_numpy(rpos).to(self.device))
+        draw = _Draw(sends, scales, recv_pos)
+        self._drawn = (epoch, draw)
+        return draw
+
+    def _sampled_exchange(self, h_local: torch.Tensor, category: str, epoch: int, unit: int) -> torch.Tensor:
+        """:meth:`exchange` under boundary sampling: each peer's sampled rows, scaled; the
+        halo rows no peer sent this epoch stay zero."""
+        draw = self._draw(epoch)
+        d, dev = h_local.shape[1], h_local.device
+        lossy = self.wire.lossy
+        site = message_site(KIND_HALO, unit, False)
+        width = self.wire.row_bytes(d) if lossy else d
+        dtype = torch.uint8 if lossy else h_local.dtype
+        recv = [torch.empty((p.numel(), width), dtype=dtype, device=dev) for p in draw.recv_pos]
+        out = torch.zeros((self.num_halo, d), dtype=torch.float32, device=dev)
+
+        def produce(q: int) -> torch.Tensor:
+            rows = h_local.index_select(0, draw.sends[q]) * draw.scales[q]
+            if lossy:
+                return self.wire.encode(rows, epoch=epoch, site=site, gid=self.gid_local.index_select(0, draw.sends[q]))
+            return rows
+
+        def consume(q: int) -> None:
+            if recv[q].shape[0]:
+                out.index_copy_(0, draw.recv_pos[q], self.wire.decode(recv[q], d) if lossy else recv[q])
+
+        streamed_exchange(self.comm, produce, recv, consume, category)
+        return out
+
+    def _sampled_return(self, grad_halo: torch.Tensor, grad_local: torch.Tensor, category: str, epoch: int,
+                        unit: int) -> None:
+        """:meth:`return_grads` under boundary sampling: only the gradients of the rows that
+        came this epoch go home, where they are scaled as the rows were."""
+        draw = self._draw(epoch)
+        d, dev = grad_halo.shape[1], grad_halo.device
+        lossy = self.wire.lossy
+        site = message_site(KIND_HALO, unit, True)
+        width = self.wire.row_bytes(d) if lossy else d
+        dtype = torch.uint8 if lossy else grad_halo.dtype
+        recv = [torch.empty((idx.numel(), width), dtype=dtype, device=dev) for idx in draw.sends]
+
+        def produce(q: int) -> torch.Tensor:
+            g = grad_halo.index_select(0, draw.recv_pos[q])
+            if lossy:
+                return self.wire.encode(g, epoch=epoch, site=site, gid=self.gid_halo.index_select(0, draw.recv_pos[q]))
+            return g
+
+        def add(q: int) -> None:  # ascending q: the same summation order on every run
+            if draw.sends[q].numel():
+                g = self.wire.decode(recv[q], d) if lossy else recv[q]
+                grad_local.index_add_(0, draw.sends[q], g * draw.scales[q])
+
+        streamed_exchange(self.comm, produce, recv, add, category)
 
     def exchange(self, h_local: torch.Tensor, category: str, epoch: int | None = None,
                  unit: int = 0) -> torch.Tensor:
         """Halo rows [num_halo, d] of ``h_local`` as owned by the peers.
 
         With ``epoch`` (a training message) the rows travel in the wire format, keyed by
-        ``(seed, epoch, message_site(KIND_HALO, unit, False), original id)``; without it in
-        float32 (evaluation).
+        ``(seed, epoch, message_site(KIND_HALO, unit, False), original id)``, and under
+        boundary sampling only the epoch's sample; without it every row in float32
+        (evaluation).
         """
         d = h_local.shape[1]
         h_local = h_local.detach()
+        if epoch is not None and self.sample < 1.0:
+            return self._sampled_exchange(h_local, category, epoch, unit)
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, False)
             dev = h_local.device
@@ -140,6 +226,9 @@ class HaloExchanger:
         """Send halo-row gradients to their owners; add what comes back into ``grad_local``.
 
         With ``epoch``, in the wire format at ``message_site(KIND_HALO, unit, True)``."""
+        if epoch is not None and self.sample < 1.0:
+            self._sampled_return(grad_halo, grad_local, category, epoch, unit)
+            return
         d = grad_halo.shape[1]
         send = [grad_halo[self.recv_off[q] : self.recv_off[q + 1]] for q in range(len(self.recv_counts))]
         if epoch is not None and self.wire.lossy:
@@ -163,6 +252,17 @@ class HaloExchanger:
         for idx, g in zip(self.send_idx, recv):
             if idx.numel():
                 grad_local.index_add_(0, idx, g)
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """One epoch's boundary sample of a part: per peer, the local rows it sends (``sends``)
+    and their factor ``n / k`` (``scales``), and the halo positions it receives
+    (``recv_pos``, offsets into the halo rows)."""
+
+    sends: list
+    scales: list
+    recv_pos: list
 
 
 def streamed_exchange(comm, produce, recv: list, consume, category: str) -> None:

@@ -11,6 +11,9 @@ whose rows are written into the history as any chunk's). Because every rule is l
 one unit, the result does not depend on how units are split into stages: the distributed
 runtime with any number of stages must reproduce it.
 
+:class:`BoundarySampleReference` is the oracle of graph parallelism's boundary sampling
+(``--boundary-sample``), on the same principle: whole matrices, no exchange.
+
 With ``ways`` (the hybrid), it is also the oracle of the stale hybrid's link between ways
 (:class:`gnnpipe.parallel.pipeline.waylink.WayLink`), sharing no code with it: there is one history
 ``H`` of every node and one gradient matrix ``G``, no remote-row buffers and nothing sent.
@@ -31,6 +34,7 @@ import torch
 
 from gnnpipe.models import RunCtx, loss_fn
 from gnnpipe.models.block import Block
+from gnnpipe.partition.sampling import sample_scale, sampled_positions
 from gnnpipe.schedule import chunk_order
 
 
@@ -197,3 +201,79 @@ class StaleReference:
         if step:
             self.opt.step()
         return total
+
+
+class BoundarySampleReference:
+    """Graph parallelism with boundary sampling (``--boundary-sample``) in one process: the
+    oracle of :class:`gnnpipe.parallel.graph.GraphParallelExecutor` with ``boundary_sample``.
+
+    Written without halos, exchangers or send lists: every part's rows aggregate over a
+    block whose sources are all N nodes, from the whole ``[N, d]`` input scaled per reading
+    part: its own rows by 1, the boundary rows the epoch's draw keeps
+    (:func:`gnnpipe.partition.sampling.sampled_positions` over the sorted ids of part ``q``
+    that part ``p`` reads) by ``n / k``, every other row by 0. Autograd then gives the
+    gradients the exchanges send back. Unit 0's sources are the input features, whole.
+
+    Args:
+        model: a :class:`gnnpipe.models.GNN` (gcn, sage or gcnii).
+        graph: the graph in relabelled ids (parts are contiguous ranges).
+        part_ptr: part boundaries.
+        sample: the fraction P.
+        orig: original id of each relabelled id (``plan.perm``): dropout keys.
+    """
+
+    def __init__(self, model, graph, part_ptr, sample: float, seed: int, lr: float = 0.01,
+                 weight_decay: float = 0.0, orig: np.ndarray | None = None):
+        self.model, self.g, self.sample, self.seed = model, graph, float(sample), int(seed)
+        self.pp = [int(c) for c in part_ptr]
+        P, n = len(self.pp) - 1, graph.num_nodes
+        deg = graph.degrees().astype(np.float32)
+        orig = np.arange(n) if orig is None else orig
+        indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+        self.blocks = [_rows_block(indptr, indices, deg, self.pp[p], self.pp[p + 1], orig) for p in range(P)]
+        # reads[p][q]: sorted ids of part q that part p's rows aggregate from (q != p)
+        self.reads = []
+        for p in range(P):
+            nb = indices[indptr[self.pp[p]] : indptr[self.pp[p + 1]]]
+            self.reads.append([np.unique(nb[(nb >= self.pp[q]) & (nb < self.pp[q + 1])]) if q != p
+                               else np.zeros(0, np.int64) for q in range(P)])
+        self.x = _dense(graph.features)
+        self.y = torch.as_tensor(np.asarray(graph.labels))
+        self.train = torch.as_tensor(np.asarray(graph.train_mask, dtype=bool))
+        self.num_train = max(int(self.train.sum()), 1)
+        self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def scales(self, epoch: int) -> list:
+        """Per reading part ``p``: float32 [N], the factor of every node's row in its sources."""
+        out = []
+        for p, reads in enumerate(self.reads):
+            s = torch.zeros(self.g.num_nodes)
+            s[self.pp[p] : self.pp[p + 1]] = 1.0
+            for q, ids in enumerate(reads):
+                if q != p and ids.size:
+                    pos = sampled_positions(self.seed, epoch, q, p, ids.size, self.sample)
+                    s[torch.from_numpy(ids[pos])] = sample_scale(ids.size, self.sample)
+            out.append(s)
+        return out
+
+    def epoch(self, epoch: int) -> float:
+        """One full-batch step; returns the training loss."""
+        self.model.train()
+        self.opt.zero_grad(set_to_none=False)
+        ctx = RunCtx(training=True, epoch=epoch, seed=self.seed)
+        scales = self.scales(epoch)
+        P = len(self.blocks)
+        hs = [self.x[self.pp[p] : self.pp[p + 1]] for p in range(P)]
+        carries: list = [{} for _ in range(P)]
+        for i, u in enumerate(self.model.units):
+            full = self.x if i == 0 else torch.cat(hs, dim=0)
+            for p in range(P):
+                if not u.aggregates:
+                    hs[p], carries[p] = u(hs[p], carries[p], ctx, block=self.blocks[p])
+                    continue
+                src = full if i == 0 else full * scales[p][:, None]
+                hs[p], carries[p] = u(hs[p], carries[p], ctx, block=self.blocks[p], h_src=src)
+        loss = loss_fn(torch.cat(hs, dim=0), self.y, self.train, normalizer=self.num_train)
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())

@@ -36,6 +36,7 @@ import numpy as np
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.config import FEATURE_FIRST_MODELS, MODELS
+from gnnpipe.partition.sampling import sampled_count
 from gnnpipe.wire import check_format, row_bytes
 
 FORMULAS = ("ours", "paper")
@@ -120,6 +121,14 @@ def graph_parallel_bytes(
     if include_startup:
         per_epoch += startup_bytes(sum_m, F, L, s=s, model=model)
     return per_epoch
+
+
+def sampled_halo_rows(pair_rows, p: float) -> int:
+    """Boundary rows one training exchange sends under boundary sampling
+    (``--boundary-sample p``, :mod:`gnnpipe.partition.sampling`): ``Σ ⌊p·n⌋`` over the
+    ordered pairs of parts, ``n`` each pair's rows (``pair_rows``). It stands for ``sum_m``
+    in :func:`graph_parallel_bytes`; at ``p = 1`` it is ``Σ n = Σ_p M_p``."""
+    return int(sum(sampled_count(int(n), p) for n in pair_rows))
 
 
 def startup_bytes(sum_m: int, F: int, L: int, s: int = 4, model: str = "gcn") -> int:

@@ -85,7 +85,7 @@ def executor_for_config(cfg: TrainConfig, comm, graph, user: UserChain | None = 
     ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
                               history_dtype=cfg.history_dtype, device=compute_device(cfg, comm),
-                              wire=Wire(cfg.wire, cfg.seed), model=model)
+                              wire=Wire(cfg.wire, cfg.seed), model=model, boundary_sample=cfg.boundary_sample)
     return ex, plan
 
 

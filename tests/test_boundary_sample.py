@@ -1,0 +1,116 @@
+"""Boundary sampling (``--boundary-sample P``, BNS-GCN's technique) in graph mode.
+
+* the draw: ``⌊P·n⌋`` distinct positions per (owner, reader, epoch), the same on both
+  sides, new every epoch;
+* real ranks equal the independent one-process oracle
+  (:class:`gnnpipe.parallel.reference.BoundarySampleReference`): losses and first-step
+  gradients, 2 and 3 parts, gcn, sage and gcnii; and they differ from exact training;
+* bytes: the halo categories carry exactly ``⌊P·n⌋`` rows per ordered pair of parts and
+  exchanged unit, both directions (:mod:`gnnpipe.partition.volume`);
+* the scaled sum is unbiased: averaged over many epochs' draws it approaches the full sum;
+* the modes and models it cannot serve are refused in one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.oracle import model_config
+from helpers.rankfns import _cfg
+
+from gnnpipe import GnnpipeError
+from gnnpipe.config import TrainConfig
+from gnnpipe.data.load import load_graph_for
+from gnnpipe.models import build_model
+from gnnpipe.parallel.reference import BoundarySampleReference
+from gnnpipe.partition import build_plan, relabel_graph
+from gnnpipe.partition.halo import part_halo
+from gnnpipe.partition.sampling import sample_scale, sampled_count, sampled_positions
+from gnnpipe.partition.volume import exchanged_layers, sampled_halo_rows
+from gnnpipe.spawn import run_ranks
+
+from pathlib import Path
+
+ENV = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
+EPOCHS = 6
+
+
+def test_the_draw_keeps_floor_p_n_distinct_rows_the_same_on_both_sides_and_new_each_epoch():
+    assert [sampled_count(10, p) for p in (0.1, 0.3, 0.35, 1.0)] == [1, 3, 3, 10]
+    assert sampled_count(7, 0.1) == 0 and sample_scale(7, 0.1) == 0.0 and sample_scale(10, 0.3) == 10 / 3
+    a = sampled_positions(0, 4, 1, 2, 50, 0.3)
+    assert a.size == 15 and np.unique(a).size == 15 and a.min() >= 0 and a.max() < 50 and np.all(np.diff(a) > 0)
+    assert np.array_equal(a, sampled_positions(0, 4, 1, 2, 50, 0.3))  # a pure function: both sides agree
+    others = [sampled_positions(*k, 50, 0.3) for k in ((0, 5, 1, 2), (0, 4, 2, 1), (1, 4, 1, 2))]
+    assert all(not np.array_equal(a, o) for o in others)  # epoch, direction and seed each draw anew
+    assert np.array_equal(sampled_positions(0, 4, 1, 2, 50, 1.0), np.arange(50))
+
+
+def test_the_scaled_sample_is_an_unbiased_sum():
+    """BNS-GCN's factor n/k: over many epochs' draws the scaled sampled sum of a reader's
+    boundary rows approaches the full sum (the mean of 400 draws within 5 %)."""
+    rng = np.random.default_rng(0)
+    rows = rng.random((40, 3))
+    sums = [rows[sampled_positions(0, e, 0, 1, 40, 0.25)].sum(0) * sample_scale(40, 0.25) for e in range(400)]
+    np.testing.assert_allclose(np.mean(sums, axis=0), rows.sum(0), rtol=0.05)
+    assert np.std([s[0] for s in sums]) > 0.5  # (each draw alone is not the full sum)
+
+
+def _oracle(world: int, epochs: int, sample: float, **kw) -> list[float]:
+    cfg = _cfg(mode="graph", epochs=epochs, boundary_sample=sample, **kw)
+    g = load_graph_for(cfg)
+    plan = build_plan(g, parts=world, chunks=1, method=cfg.method, seed=cfg.seed)
+    rg = relabel_graph(g, plan)
+    model = build_model(model_config(cfg, g), seed=cfg.seed)
+    ref = BoundarySampleReference(model, rg, plan.part_ptr, sample, seed=cfg.seed, lr=cfg.lr, orig=plan.perm)
+    return [ref.epoch(e) for e in range(epochs)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_equal_the_oracle_and_differ_from_exact_training(world):
+    runs = [dict(model=m, layers=3, epochs=EPOCHS, boundary_sample=0.3) for m in ("gcn", "sage", "gcnii")]
+    runs.append(dict(model="gcn", layers=3, epochs=EPOCHS))  # exact, for the difference
+    res = run_ranks("helpers.rankfns:many", world, "torch", args={"fn": "graph_parallel_run", "runs": runs},
+                    env=ENV, timeout_s=300)
+    exact = res[0][3]["losses"]
+    for i, run in enumerate(runs[:3]):
+        got = res[0][i]["losses"]
+        want = _oracle(world, EPOCHS, 0.3, model=run["model"], layers=3)
+        np.testing.assert_allclose(got, want, rtol=2e-5, err_msg=f"{run['model']} on {world} parts")
+        if run["model"] == "gcn":
+            assert not np.allclose(got[1:], exact[1:], rtol=1e-4), "sampling changed nothing"
+
+
+def test_bytes_are_floor_p_n_rows_per_pair_and_unit_both_ways():
+    world, P, d, L = 3, 0.3, 16, 3
+    runs = [dict(model=m, layers=L, epochs=1, boundary_sample=P) for m in ("gcn", "gcnii")]
+    runs.append(dict(model="gcn", layers=L, epochs=1, boundary_sample=P, wire="int8"))
+    res = run_ranks("helpers.rankfns:many", world, "torch", args={"fn": "graph_parallel_run", "runs": runs},
+                    env=ENV, timeout_s=300)
+    cfg = _cfg(mode="graph")
+    g = load_graph_for(cfg)
+    plan = build_plan(g, parts=world, chunks=1, method=cfg.method, seed=cfg.seed)
+    pairs = [int(c) for p in range(world) for c in part_halo(relabel_graph(g, plan), plan, p).recv_counts]
+    rows = sampled_halo_rows(pairs, P)
+    assert rows == sum(sampled_count(n, P) for n in pairs) and 0 < rows < sum(pairs)
+    for i, run in enumerate(runs):
+        got = {k: sum(r[i]["bytes"].get(k, 0) for r in res) for k in ("halo_fwd", "halo_bwd")}
+        per_row = 4 * d if run.get("wire") is None else 8 + d
+        want = rows * exchanged_layers(run["model"], L) * per_row
+        assert got == {"halo_fwd": want, "halo_bwd": want}, f"{run}: {got} != {want} each way"
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(mode="pipeline"), "not --mode pipeline"), (dict(mode="hybrid", ways=2), "not --mode hybrid"),
+    (dict(mode="graph", model="gat"), "not --model gat"), (dict(mode="graph", model="resgcn+"), "not --model resgcn"),
+    (dict(mode="graph", exact=True), "--exact forbids"),
+])
+def test_what_it_cannot_serve_is_refused(kw, why):
+    with pytest.raises(GnnpipeError, match=f"--boundary-sample 0.5 .*{why}"):
+        TrainConfig(boundary_sample=0.5, **kw)
+    for bad in (0.0, 1.5, float("nan"), -0.1):
+        with pytest.raises(GnnpipeError, match="boundary_sample"):
+            TrainConfig(mode="graph", boundary_sample=bad)
+    assert TrainConfig(boundary_sample=1.0, **kw).boundary_sample == 1.0  # off: anything goes
