@@ -16,7 +16,7 @@ from gnnpipe.partition.plan import (
     read_plan_meta,
     relabel_graph,
 )
-from gnnpipe.partition.stats import ModelShape, plan_stats
+from gnnpipe.partition.stats import VolumeShape, plan_stats
 from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes, startup_bytes
 
 __all__ = [
@@ -24,9 +24,9 @@ __all__ = [
     "OBJECTIVES",
     "HaloInfo",
     "LocalPart",
-    "ModelShape",
     "PartitionPlan",
     "PlanMismatchError",
+    "VolumeShape",
     "assign_layers",
     "build_plan",
     "check_plan_matches",
