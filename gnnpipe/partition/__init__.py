@@ -17,7 +17,7 @@ from gnnpipe.partition.plan import (
     relabel_graph,
 )
 from gnnpipe.partition.stats import VolumeShape, plan_stats
-from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes, startup_bytes
+from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes, startup_bytes, way_link_bytes
 
 __all__ = [
     "METHODS",
@@ -42,4 +42,5 @@ __all__ = [
     "read_plan_meta",
     "relabel_graph",
     "startup_bytes",
+    "way_link_bytes",
 ]
