@@ -17,7 +17,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.dims import MODES
@@ -39,6 +39,9 @@ MODELS = FEATURE_FIRST_MODELS + INPUT_LINEAR_MODELS
 #: Models whose units are linear in their source rows, so that boundary sampling's zero and
 #: scaled rows equal dropped and reweighted edges (:mod:`gnnpipe.partition.sampling`).
 SAMPLED_MODELS = ("gcn", "sage", "gcnii")
+#: The model name of a chain of the user's own layers (:mod:`gnnpipe.models.user`); not a
+#: ``--model`` choice: only the Python API's ``fit(layers=[...])`` makes one.
+USER_MODEL = "user"
 #: Layer libraries the built-in models run on (``--backend``).
 BACKENDS = ("pyg", "dgl")
 #: ``--dataset`` names of the built-in synthetic graphs (generated, never prepared).
@@ -152,7 +155,7 @@ class TrainConfig:
         # (a folder of that name in the current directory still wins).
         if self.dataset.lower() in SYNTHETIC_DATASETS and not os.path.exists(self.dataset):
             self.dataset = self.dataset.lower()
-        check_ranges(self)  # before validate: it divides by heads
+        check_ranges(self)
         self.validate()
         check_sizes(self)
 
@@ -162,9 +165,11 @@ class TrainConfig:
 
         if self.mode not in MODES:
             bad("mode", self.mode, f"one of {MODES}")
-        if self.model not in MODELS:
-            bad("model", self.model, f"one of {MODELS}")
-        for name in ("layers", "hidden", "epochs", "eval_every", "ways", "synth_nodes", "synth_classes", "synth_features"):
+        try:  # model, layers, hidden, heads: validated where they are defined
+            self.model_shape
+        except ModelConfigError as e:
+            bad(e.field, e.value, e.expected)
+        for name in ("epochs", "eval_every", "ways", "synth_nodes", "synth_classes", "synth_features"):
             if getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
         for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "refresh_epochs", "exact_every",
@@ -195,10 +200,13 @@ class TrainConfig:
             bad("divergence_drop", self.divergence_drop, "a fraction of accuracy in (0, 1]")
         if self.timeout <= 0:
             bad("timeout", self.timeout, "a positive number of seconds")
-        if self.hidden % self.heads and self.model == "gat":
-            bad("hidden", self.hidden, f"a multiple of heads={self.heads} for gat")
         if self.backend == "dgl":
             require_dgl("--backend dgl")
+
+    @property
+    def model_shape(self) -> "ModelShape":
+        """The model these settings train (:class:`ModelShape`, validated)."""
+        return ModelShape(self.model, self.layers, self.hidden, self.heads)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -240,6 +248,81 @@ class ConfigFieldError(GnnpipeError):
 
 def _bad(name: str, value: Any, expected: str) -> ConfigFieldError:
     return ConfigFieldError(name, f"config field {name!r} = {value!r}: expected {expected}")
+
+
+# ------------------------------------------------------------------ the one model description
+
+class ModelConfigError(ConfigFieldError, ValueError):
+    """A model option is invalid (a :class:`ModelShape`'s or a
+    :class:`gnnpipe.models.ModelConfig`'s); ``field`` names it and the message shows the value.
+    A :class:`ConfigFieldError`, so that a ``--config`` file that set it is named too."""
+
+
+def bad_model_field(name: str, value: Any, expected: str) -> ModelConfigError:
+    """The error of one bad model field: ``NAME: expected ..., got VALUE`` (``value`` and
+    ``expected`` kept, so that :class:`TrainConfig` words it as its other fields)."""
+    e = ModelConfigError(name, f"{name}: expected {expected}, got {value!r}")
+    e.value, e.expected = value, expected
+    return e
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The one model description: which model, and its shape.
+
+    Defined and validated here only; the others are built from it:
+    :attr:`TrainConfig.model_shape` (the run settings' model), :class:`gnnpipe.models.ModelConfig`
+    (its ``shape``, with the data's widths and the layers' options: what
+    :func:`gnnpipe.models.build_model` builds) and :class:`gnnpipe.cost.ModelSpec` (a shape with
+    the byte widths of the wire and the history: what the cost model predicts).
+
+    Args:
+        model: one of :data:`MODELS`, or :data:`USER_MODEL` (a chain of the user's layers:
+            ``layers`` counts its units, ``hidden`` is the width of its carried tensors).
+        layers: L, graph (aggregation) layers.
+        hidden: d, the hidden width (for gat the concatenation of all heads).
+        heads: gat's attention heads of the hidden layers; must divide ``hidden`` (ignored by
+            the other models).
+
+    Raises:
+        ModelConfigError: naming the field and the value.
+    """
+
+    model: str
+    layers: int
+    hidden: int
+    heads: int = 1
+
+    #: The models this kind of description may name (the cost model's: built-in ones only).
+    known_models: ClassVar[tuple[str, ...]] = MODELS + (USER_MODEL,)
+
+    def __post_init__(self) -> None:
+        if self.model not in self.known_models:
+            raise bad_model_field("model", self.model, "one of " + ", ".join(self.known_models))
+        for name in ("layers", "hidden", "heads"):  # (heads before the division below)
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad_model_field(name, v, "an integer >= 1")
+        if self.model == "gat" and self.hidden % self.heads:
+            raise bad_model_field("hidden", self.hidden, f"a width divisible by heads={self.heads} for gat")
+
+    @classmethod
+    def of(cls, run: Any, **kw: Any):
+        """This class built from ``run``'s shape fields (anything with ``model``, ``layers``,
+        ``hidden`` and ``heads``: a :class:`ModelShape`, a ``TrainConfig``, a ``ModelConfig``)
+        and ``kw`` (the subclass's fields, or replacements)."""
+        return cls(**{**{f.name: getattr(run, f.name) for f in fields(ModelShape)}, **kw})
+
+    @property
+    def num_units(self) -> int:
+        """Units the model is made of: one per layer, plus input and output linears for the
+        models that start with one (the pipeline splits the model at unit boundaries)."""
+        return self.layers if self.model in FEATURE_FIRST_MODELS + (USER_MODEL,) else self.layers + 2
+
+    @property
+    def h0(self) -> bool:
+        """GCNII forwards its initial residual beside the activations."""
+        return self.model == "gcnii"
 
 
 def check_field_types(cfg: "TrainConfig") -> None:
@@ -293,16 +376,14 @@ def check_field_types(cfg: "TrainConfig") -> None:
 
 
 def check_ranges(cfg: "TrainConfig") -> None:
-    """Bounds :meth:`TrainConfig.validate` does not cover (``seed``, ``heads``, the synthetic
-    graph's knobs, Adam's weight decay)."""
+    """Bounds :meth:`TrainConfig.validate` does not cover (``seed``, the synthetic graph's
+    knobs, Adam's weight decay)."""
     if not 0 <= cfg.seed <= INT_MAX:
         raise _bad("seed", cfg.seed, "an integer in 0..2**63-1")
     if cfg.timeout > 365 * 86400:  # larger values overflow the communicators' timedelta
         raise _bad("timeout", cfg.timeout, "at most a year of seconds (31536000)")
     if cfg.threads > 4096:
         raise _bad("threads", cfg.threads, "at most 4096 intra-op threads")
-    if cfg.heads < 1:
-        raise _bad("heads", cfg.heads, "an integer >= 1")
     if cfg.weight_decay < 0:
         raise _bad("weight_decay", cfg.weight_decay, "a number >= 0")
     if cfg.synth_degree <= 0:

@@ -20,7 +20,7 @@ run() {  # name, extra flags...
 import json, sys
 rec = json.loads(open(sys.argv[1]).read().splitlines()[0])
 b = rec["bytes_sent"]
-boundary = b.get("halo_fwd", 0) + b.get("halo_bwd", 0) + b.get("pipe_act", 0) + b.get("pipe_grad", 0)
+boundary = sum(b.get(k, 0) for k in ("halo_fwd", "halo_bwd", "way_fwd", "way_bwd", "pipe_act", "pipe_grad"))
 print(f"{sys.argv[2]:<16} boundary {boundary:>14,} B   all-reduce {b.get('allreduce', 0):>12,} B   {b}")
 open(sys.argv[1] + ".boundary", "w").write(str(boundary))
 PY

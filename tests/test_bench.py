@@ -86,7 +86,9 @@ def test_md_table_shape():
 def test_measured_bytes_categories():
     rec = {"bytes_sent": {"halo_fwd": 10, "halo_bwd": 5, "pipe_act": 7, "pipe_grad": 3, "allreduce": 2,
                           "control": 99, "eval": 1000}}
-    assert C.measured_bytes(rec) == {"halo": 15, "pipe": 10, "allreduce": 2}
+    assert C.measured_bytes(rec) == {"halo": 15, "way": 0, "pipe": 10, "allreduce": 2}  # an older record: no way_*
+    rec["bytes_sent"].update(way_fwd=4, way_bwd=6)
+    assert C.measured_bytes(rec) == {"halo": 15, "way": 10, "pipe": 10, "allreduce": 2}
 
 
 def test_read_metrics_names_bad_line(tmp_path):
@@ -281,8 +283,8 @@ def test_comm_quick_measured_equals_predicted(tmp_path):
     for r in measured:
         assert "error" not in r, r
         assert r["meas_pipe"] == r["pred_pipe"] and r["meas_allreduce"] == r["pred_allreduce"], r
-        # Hybrid included: plan.predict counts the per-chunk halos the executor sends.
-        assert r["meas_halo"] == r["pred_halo"] and r["equal"], r
+        # Hybrid included: plan.predict counts the way link's bytes the executor sends.
+        assert r["meas_halo"] == r["pred_halo"] and r["meas_way"] == r["pred_way"] and r["equal"], r
         if r["mode"] == "hybrid":
             assert r["sum_m_chunks"] > r["sum_m_ways"], r  # the per-way count would be wrong
     # Unmeasured depths are predictions only; graph-parallel bytes grow with depth.

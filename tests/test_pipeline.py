@@ -269,7 +269,7 @@ def test_hybrid_stale_equals_reference_with_ways(comm):
         ref = stale_reference(**kw)
         _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {comm}")
         _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 {comm} (way 1)")
-        # halo bytes: at every aggregating unit whose input is trained, each boundary row
+        # way link bytes: at every aggregating unit whose input is trained, each boundary row
         # travels once per epoch to each way that reads it (whatever number of its chunks
         # do) and its gradient once back: graph parallelism's bytes over the same 2 parts.
         rg, plan, cfg = ref["relabelled"], ref["plan"], ref["cfg"]
@@ -283,8 +283,8 @@ def test_hybrid_stale_equals_reference_with_ways(comm):
         n_ex = 3 if cfg.model in FEATURE_FIRST_MODELS else 4  # their first layer reads constant features
         expect = 2 * 4 * sum_m * cfg.hidden * n_ex
         assert expect == graph_parallel_bytes(sum_m, rg.num_features, 4, cfg.hidden, 4, cfg.model)
-        got = sum(r["bytes"].get("halo_fwd", 0) + r["bytes"].get("halo_bwd", 0) for r in ranks)
-        assert got == expect, f"{run['model']}: hybrid halo bytes {got} != {expect}"
+        got = sum(r["bytes"].get("way_fwd", 0) + r["bytes"].get("way_bwd", 0) for r in ranks)
+        assert got == expect, f"{run['model']}: hybrid way link bytes {got} != {expect}"
         pipe = sum(r["bytes"].get("pipe_act", 0) + r["bytes"].get("pipe_grad", 0) for r in ranks)
         assert pipe == pipeline_bytes(rg.num_nodes, cfg.hidden, 2, 4, h0=cfg.model == "gcnii")
 

@@ -141,8 +141,8 @@ def test_hybrid_buffers_hold_only_the_ways_rows_and_bfloat16_trains():
     f32, b16 = res[0][0], res[0][1]
     assert b16["losses"][-1] < 0.8 * b16["losses"][0]
     assert abs(b16["acc"]["val_acc"] - f32["acc"]["val_acc"]) <= 0.1, (b16["acc"], f32["acc"])
-    # halo rows travel in the history dtype: half the forward halo bytes
-    halo = [sum(r[i]["bytes"].get("halo_fwd", 0) for r in res) for i in range(2)]
+    # the way link's rows travel in the history dtype: half the forward way link bytes
+    halo = [sum(r[i]["bytes"].get("way_fwd", 0) for r in res) for i in range(2)]
     assert 2 * halo[1] == halo[0] > 0, halo
 
 

@@ -97,7 +97,7 @@ def test_missing_chunk_facts_are_estimated_with_a_note(cpu):
     assert not any("per-chunk halo" in n for n in h2.notes)
     # each boundary row travels once per layer and direction: Σ_w M_w = 6000 rows, not the
     # per-chunk 9000 (which prices only the gathers)
-    assert h2.bytes["halo"] == 2 * 4 * 64 * 8 * 6000
+    assert h2.bytes["way"] == 2 * 4 * 64 * 8 * 6000
 
 
 def test_hybrid_pair_exchanges_do_not_wait(cpu):
@@ -285,7 +285,7 @@ def test_history_terms_follow_the_executor(cpu):
     x = h32.per_stage[1]
     trained = [u for u in units[x.units[0]:x.units[1]] if u.aggregates and not u.reads_features]
     assert x.mem["history"] == pytest.approx(2 * 4 * way_rows * sum(u.in_dim for u in trained))
-    assert h16.bytes["halo"] == h32.bytes["halo"] // 2 and h16.bytes["pipe"] == h32.bytes["pipe"]
+    assert h16.bytes["way"] == h32.bytes["way"] // 2 and h16.bytes["pipe"] == h32.bytes["pipe"]
     assert "--history-dtype bfloat16" in train_command(h16, "d", b16)
     assert "--history-dtype" not in train_command(h32, "d", f32)
     with pytest.raises(GnnpipeError, match="history_bytes"):

@@ -104,25 +104,26 @@ def test_plan_chunk_facts_match_the_chunks_the_executor_builds():
 @pytest.mark.mpi
 @pytest.mark.parametrize("model", ["gcn", "gcnii"])
 def test_hybrid_predicted_bytes_equal_measured_on_real_ranks(model):
-    # 2 ways x 2 stages, Gloo: one epoch's halo, pipe and all-reduce bytes equal plan.predict.
+    # 2 ways x 2 stages, Gloo: one epoch's way link, pipe and all-reduce bytes equal plan.predict.
     run = dict(model=model, layers=4, epochs=1, mode="hybrid", ways=2, stages=2, chunks=3)
     res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": [run]},
                     env={"PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}, timeout_s=300)
     ranks = [r[0] for r in res]
     sent = {k: sum(r["bytes"].get(k, 0) for r in ranks) for k in
-            ("halo_fwd", "halo_bwd", "pipe_act", "pipe_grad", "allreduce")}
+            ("halo_fwd", "halo_bwd", "way_fwd", "way_bwd", "pipe_act", "pipe_grad", "allreduce")}
     cfg = _cfg(**run)
     g = load_graph_for(cfg)
     topo = ParallelDims("hybrid", ways=2, stages=2, chunks=3)
     st = graph_stats_from_graph(g, [2], seed=cfg.seed, chunks=chunk_counts([topo]))
     p = predict(st, ModelSpec(model, 4, cfg.hidden), topo, load_profile("cpu-this-machine"))
-    assert sent["halo_fwd"] + sent["halo_bwd"] == p.bytes["halo"]
+    assert sent["halo_fwd"] + sent["halo_bwd"] == p.bytes["halo"] == 0  # the hybrid has no graph-mode halo
+    assert sent["way_fwd"] + sent["way_bwd"] == p.bytes["way"]
     assert sent["pipe_act"] + sent["pipe_grad"] == p.bytes["pipe"]
     assert sent["allreduce"] == p.bytes["allreduce"]
     # Each boundary row once per way: the per-way count, not the per-chunk one.
     n_x = exchanged_layers(model, 4)
-    assert p.bytes["halo"] == 2 * 4 * cfg.hidden * n_x * st.part(2).sum_m
-    assert p.bytes["halo"] < 2 * 4 * cfg.hidden * n_x * st.part(2).chunk_halo[3]
+    assert p.bytes["way"] == 2 * 4 * cfg.hidden * n_x * st.part(2).sum_m
+    assert p.bytes["way"] < 2 * 4 * cfg.hidden * n_x * st.part(2).chunk_halo[3]
 
 
 def test_hybrid_halo_bytes_at_most_graph_parallel_on_a_dense_graph():
@@ -136,10 +137,10 @@ def test_hybrid_halo_bytes_at_most_graph_parallel_on_a_dense_graph():
     res_h = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run",
                       "runs": [dict(dense, mode="hybrid", ways=2, stages=2, chunks=4)]}, env=env, timeout_s=300)
 
-    def halo(res):
-        return sum(r[0]["bytes"].get("halo_fwd", 0) + r[0]["bytes"].get("halo_bwd", 0) for r in res)
+    def sent(res, cat):
+        return sum(r[0]["bytes"].get(f"{cat}_fwd", 0) + r[0]["bytes"].get(f"{cat}_bwd", 0) for r in res)
 
-    graph_b, hybrid_b = halo(res_g), halo(res_h)
+    graph_b, hybrid_b = sent(res_g, "halo"), sent(res_h, "way")  # graph mode's halo, the hybrid's way link
     assert 0 < hybrid_b <= graph_b, (hybrid_b, graph_b)
     # the same METIS parts (the chunking does not change them): equal, to the byte
     assert hybrid_b == graph_b

@@ -4,8 +4,8 @@ losses are reproducible, and compressed training stays close to float32.
 Bytes: every mode (graph, pipeline, stale hybrid, exact hybrid) in every format sends, per
 epoch, exactly what :func:`gnnpipe.cost.predict` (the volume formulas with
 ``row_bytes(d, wire)`` per row) says, category by category: ``halo_fwd + halo_bwd`` against
-``halo``, ``pipe_act + pipe_grad`` against ``pipe``, the weight all-reduce (float32 always)
-against ``allreduce``.
+``halo``, ``way_fwd + way_bwd`` against ``way``, ``pipe_act + pipe_grad`` against ``pipe``,
+the weight all-reduce (float32 always) against ``allreduce``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def _launch(world: int, runs: list[dict]) -> list[list[dict]]:
 
 def _sent(ranks: list[dict]) -> dict:
     tot = lambda *ks: sum(r["bytes"].get(k, 0) for r in ranks for k in ks)  # noqa: E731
-    return {"halo": tot("halo_fwd", "halo_bwd"), "pipe": tot("pipe_act", "pipe_grad"), "allreduce": tot("allreduce")}
+    return {"halo": tot("halo_fwd", "halo_bwd"), "way": tot("way_fwd", "way_bwd"), "pipe": tot("pipe_act", "pipe_grad"),
+            "allreduce": tot("allreduce")}
 
 
 def _predicted(run: dict, world: int) -> dict:
@@ -55,7 +56,7 @@ def _predicted(run: dict, world: int) -> dict:
     st = graph_stats_from_graph(g, [dims.parts], seed=cfg.seed, chunks=chunk_counts([dims]))
     fmt = run.get("exact_lossy") or cfg.wire
     p = predict(st, ModelSpec(cfg.model, cfg.layers, cfg.hidden, wire=fmt), dims, load_profile("cpu-this-machine"))
-    return {k: p.bytes[k] for k in ("halo", "pipe", "allreduce")}
+    return {k: p.bytes[k] for k in ("halo", "way", "pipe", "allreduce")}
 
 
 def _check_bytes(world: int, runs: list[dict]) -> None:
@@ -165,7 +166,7 @@ def test_hybrid_history_bfloat16_with_a_lossy_wire_sends_the_wire_format():
     runs = [dict(mode="hybrid", ways=2, stages=2, chunks=3, model="gcn", layers=4, history_dtype="bfloat16",
                  wire=fmt) for fmt in ("float32", "int4")]
     res = _launch(4, runs)
-    halo = [_sent(r)["halo"] for r in res]
+    halo = [_sent(r)["way"] for r in res]
     cfg = _cfg(**runs[0])
     dims = ParallelDims.from_config(cfg, 4)
     sum_m = graph_stats_from_graph(load_graph_for(cfg), [2], seed=0, chunks=chunk_counts([dims])).part(2).sum_m

@@ -3,12 +3,13 @@
 For each graph (Squirrel, Coauthor-Physics and a Reddit-shaped synthetic graph), model and
 depth, and each mode on 4 ranks (graph P=4, pipeline S=4 C=16, hybrid 2 ways × 2 stages
 C=8), the measured bytes of one training epoch (``bytes_sent`` of ``metrics.jsonl``:
-halo = ``halo_fwd + halo_bwd``, pipe = ``pipe_act + pipe_grad``, ``allreduce``; eval
-and control traffic excluded) sit beside :func:`gnnpipe.cost.predict`'s bytes, which are
+halo = ``halo_fwd + halo_bwd`` (graph parallelism), way = ``way_fwd + way_bwd`` (the
+hybrid's way link), pipe = ``pipe_act + pipe_grad``, ``allreduce``; eval and control
+traffic excluded) sit beside :func:`gnnpipe.cost.predict`'s bytes, which are
 :mod:`gnnpipe.partition.volume`'s formulas on Σ M_p of the same METIS partition the
 run makes (same seed). They must be equal to the byte.
 
-Volumes are linear in depth (graph parallelism, hybrid halos) or independent of it (the
+Volumes are linear in depth (graph parallelism, the hybrid's way link) or independent of it (the
 pipeline), so only a subset of depths is measured (``measured`` column); the others are
 predicted. The G/P ratio (halo bytes of graph parallelism over pipeline bytes) is put
 beside the paper's (GNNPIPE.md §4), predicted in the paper's setting (8 ranks, 32 layers,
@@ -112,7 +113,7 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
                     row = {"dataset": name, "nodes": stats.num_nodes, "edges": stats.num_edges,
                            "features": stats.num_features, "model": model, "layers": L, "hidden": hidden,
                            "mode": t.mode, "config": t.short(), "wire": w, "measured": L in measure,
-                           "pred_halo": p.bytes["halo"], "pred_pipe": p.bytes["pipe"],
+                           "pred_halo": p.bytes["halo"], "pred_way": p.bytes["way"], "pred_pipe": p.bytes["pipe"],
                            "pred_allreduce": p.bytes["allreduce"], "pred_total": p.bytes["total"]}
                     if t.mode == "hybrid":
                         # What the hybrid executor sends: each boundary row once per way,
@@ -150,9 +151,9 @@ def run(out: Path, quick: bool = False, depths: Sequence[int] = DEPTHS, measure:
             row["equal"] = False
             continue
         m = C.measured_bytes(r["metrics"][0])
-        row.update({"meas_halo": m["halo"], "meas_pipe": m["pipe"], "meas_allreduce": m["allreduce"],
-                    "meas_total": sum(m.values())})
-        row["equal"] = (m["halo"], m["pipe"], m["allreduce"]) == (row["pred_halo"], row["pred_pipe"], row["pred_allreduce"])
+        row.update({"meas_halo": m["halo"], "meas_way": m["way"], "meas_pipe": m["pipe"],
+                    "meas_allreduce": m["allreduce"], "meas_total": sum(m.values())})
+        row["equal"] = all(m[k] == row[f"pred_{k}"] for k in ("halo", "way", "pipe", "allreduce"))
         n_eq += row["equal"]
     md = summarize(rows, paper_rows, n_eq, n_meas, wires)
     hy = [r for r in rows if r["mode"] == "hybrid" and "meas_total" in r]
@@ -186,7 +187,7 @@ def summarize(rows: list[dict], paper_rows: list[dict], n_eq: int, n_meas: int,
         if r["mode"] == "graph" and w == "float32":
             g32[(r["dataset"], r["model"], r["layers"])] = r
     out = [f"Measured bytes equal predicted bytes in {n_eq} of {n_meas} measured runs "
-           "(halo, pipe and all-reduce categories each compared exactly).", ""]
+           "(halo, way link, pipe and all-reduce categories each compared exactly).", ""]
     table = []
     for (ds, model, L, w), modes in by.items():
         g, p, h = modes.get("graph"), modes.get("pipeline"), modes.get("hybrid")

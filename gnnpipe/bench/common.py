@@ -305,12 +305,16 @@ def read_metrics(out: Path) -> list[dict]:
 
 
 def measured_bytes(rec: Mapping[str, Any]) -> dict[str, int]:
-    """One epoch's bytes by the cost model's categories: ``halo``, ``pipe``, ``allreduce``.
+    """One epoch's bytes by the cost model's categories: ``halo``, ``way``, ``pipe``,
+    ``allreduce`` (:attr:`gnnpipe.cost.Prediction.bytes`).
 
-    Evaluation, control and metric traffic are left out: the model predicts training.
+    Evaluation, control and metric traffic are left out: the model predicts training. A
+    category the record lacks counts 0 (records written before the hybrid's way link had
+    its own ``way_fwd``/``way_bwd`` booked it as ``halo``).
     """
     b = rec["bytes_sent"]
     return {"halo": int(b.get("halo_fwd", 0) + b.get("halo_bwd", 0)),
+            "way": int(b.get("way_fwd", 0) + b.get("way_bwd", 0)),
             "pipe": int(b.get("pipe_act", 0) + b.get("pipe_grad", 0)),
             "allreduce": int(b.get("allreduce", 0))}
 
@@ -551,8 +555,8 @@ def chunk_halo_sum(graph, ways: int, chunks: int, seed: int = 0, method: str = "
     chunk k's nodes, on the plan ``gnnpipe-train`` builds (same method and seed).
 
     The rows of other ways the hybrid's chunks read per exchanged layer; they travel once
-    per way (:class:`gnnpipe.parallel.pipeline.waylink.WayLink`), so the hybrid's halo bytes follow
-    Σ_w M_w instead (:func:`gnnpipe.partition.volume.hybrid_bytes`) and this sum over it
+    per way (:class:`gnnpipe.parallel.pipeline.waylink.WayLink`), so the hybrid's way link bytes follow
+    Σ_w M_w instead (:func:`gnnpipe.partition.volume.way_link_bytes`) and this sum over it
     is what per-chunk exchanges would send. The count is
     :func:`gnnpipe.partition.volume.chunk_halo_sum` on the plan.
     """

@@ -410,7 +410,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                      "expected_accuracy_loss": dict(accuracy.loss), "expected_accuracy_source": accuracy.source,
                      "expected_accuracy_kind": accuracy.kind,
                      "expected_accuracy_measured": sorted(accuracy.measured)},
-            # each prediction: "wire", "bytes" (halo, pipe, allreduce, total: the volume
+            # each prediction: "wire", "bytes" (halo, way, pipe, allreduce, total: the volume
             # formulas in that format), "codec_s" and "accuracy_cost" (points, expected_accuracy_kind)
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
             "recommended": (train_command(fitting[0], dataset, spec, device=profile.device, synth=synth,

@@ -1,18 +1,19 @@
 """What a plan is made for: the graph's statistics, its partition facts, the model's shape.
 
 :class:`GraphStats` (N, E, F, classes, sparse feature non-zeros and, per number of parts, a
-:class:`PartInfo`) and :class:`ModelSpec` (model, layers, hidden width, heads, bytes per
-value). Plain validated values: where the statistics come from (a real METIS partition or an
-estimate from a synthetic sample) is :mod:`gnnpipe.cost.graphstats`' job.
+:class:`PartInfo`) and :class:`ModelSpec` (the model's :class:`~gnnpipe.config.ModelShape`
+with the byte widths of the values, the history and the wire). Plain validated values: where
+the statistics come from (a real METIS partition or an estimate from a synthetic sample) is
+:mod:`gnnpipe.cost.graphstats`' job.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.config import MODELS, WIRE_FORMATS
+from gnnpipe.config import MODELS, WIRE_FORMATS, ModelShape
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,12 @@ class GraphStats:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """The model to train (shapes only).
+class ModelSpec(ModelShape):
+    """The model to plan for: its :class:`~gnnpipe.config.ModelShape` (``model``, ``layers``,
+    ``hidden``, ``heads``; built-in models only, named in any case) and the byte widths the
+    cost model counts.
 
     Args:
-        model: gcn, sage, gat, gcnii or resgcn+.
-        layers: L, graph (aggregation) layers.
-        hidden: d.
-        heads: attention heads of gat's hidden layers (ignored otherwise).
         bytes_per_value: s (4 for float32).
         history_bytes: bytes per value of the pipeline's history, cross-chunk gradient and
             snapshot buffers (4: float32; 2: ``--history-dtype bfloat16``).
@@ -113,45 +112,36 @@ class ModelSpec:
             pay the codec (:mod:`gnnpipe.cost.predict`).
     """
 
-    model: str = "gcn"
-    layers: int = 32
-    hidden: int = 100
-    heads: int = 1
     bytes_per_value: int = 4
     history_bytes: int = 4
     wire: str = "float32"
 
+    #: The cost model knows the built-in models only (a user's chain brings its own estimate).
+    known_models: ClassVar[tuple[str, ...]] = MODELS
+
     @classmethod
     def of(cls, run, **overrides) -> "ModelSpec":
-        """The shapes a run's settings describe, so that every caller maps them the same way.
+        """The spec a run's settings describe, so that every caller maps them the same way.
 
         ``run`` is anything with ``model``, ``layers``, ``hidden`` and ``heads`` (a
         ``TrainConfig``, the planner's arguments, a built ``ModelConfig``); where it has a
         ``history_dtype`` and a ``wire`` they set ``history_bytes`` and ``wire``.
         ``overrides`` replace any field.
         """
-        kw = {"model": run.model, "layers": run.layers, "hidden": run.hidden, "heads": run.heads}
+        kw = {}
         if getattr(run, "history_dtype", None) is not None:
             kw["history_bytes"] = 2 if run.history_dtype == "bfloat16" else 4
         if getattr(run, "wire", None) is not None:
             kw["wire"] = run.wire
-        return cls(**{**kw, **overrides})
+        return super().of(run, **{**kw, **overrides})
 
     def __post_init__(self) -> None:
-        if self.model.lower() not in MODELS:
-            raise GnnpipeError(f"model: expected one of {', '.join(MODELS)}, got {self.model!r}")
-        object.__setattr__(self, "model", self.model.lower())
-        for k in ("layers", "hidden", "heads", "bytes_per_value"):
-            if getattr(self, k) < 1:
-                raise GnnpipeError(f"{k}: expected an integer >= 1, got {getattr(self, k)}")
+        if isinstance(self.model, str):  # the planner's --model in any case
+            object.__setattr__(self, "model", self.model.lower())
+        super().__post_init__()
+        if self.bytes_per_value < 1:
+            raise GnnpipeError(f"bytes_per_value: expected an integer >= 1, got {self.bytes_per_value}")
         if self.history_bytes not in (2, 4):
             raise GnnpipeError(f"history_bytes: expected 4 (float32) or 2 (bfloat16), got {self.history_bytes}")
         if self.wire not in WIRE_FORMATS:
             raise GnnpipeError(f"wire: expected one of {', '.join(WIRE_FORMATS)}, got {self.wire!r}")
-        if self.model == "gat" and self.hidden % self.heads:
-            raise GnnpipeError(f"hidden: {self.hidden} is not a multiple of heads={self.heads} (gat)")
-
-    @property
-    def h0(self) -> bool:
-        """GCNII forwards its initial residual beside the activations."""
-        return self.model == "gcnii"

@@ -116,8 +116,11 @@ class Prediction:
 
     Args:
         topology: the :class:`ParallelDims`.
-        bytes: bytes per epoch by category (``halo``, ``pipe``, ``allreduce``) and ``total``;
-            ``halo``/``pipe`` are exactly :mod:`gnnpipe.partition.volume`'s.
+        bytes: bytes per epoch by category and ``total``: ``halo`` (graph parallelism's,
+            the communicator's ``halo_fwd`` + ``halo_bwd``), ``way`` (the hybrid's way link,
+            ``way_fwd`` + ``way_bwd``), ``pipe`` (``pipe_act`` + ``pipe_grad``),
+            ``allreduce``; ``halo``/``way``/``pipe`` are exactly
+            :mod:`gnnpipe.partition.volume`'s.
         compute_s: compute of the busiest rank.
         comm_s: exposed communication.
         bubble_s: pipeline fill/drain and stage imbalance.
@@ -361,7 +364,7 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     st = StageDetail(0, (0, len(units)), compute, halo_s, params, peak, mem)
     return Prediction(
         topology=topo,
-        bytes={"halo": halo_bytes, "pipe": 0, "allreduce": ar_bytes, "total": halo_bytes + ar_bytes},
+        bytes={"halo": halo_bytes, "way": 0, "pipe": 0, "allreduce": ar_bytes, "total": halo_bytes + ar_bytes},
         compute_s=compute, comm_s=halo_s + ar_s, bubble_s=0.0, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=peak, fits=fits, reason=reason, per_stage=[st], profile=prof.name,
         notes=_notes(stats, topo), wire=spec.wire, codec_s=codec,
@@ -614,18 +617,17 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     bubble = max(0.0, pipe_epoch - compute - halo_T[i_max] - exposed_pipe)
     epoch = compute + comm + bubble + opt
     pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0, wire=spec.wire)
-    halo_bytes = volume.hybrid_bytes(N, halo_m, stats.num_features, spec.layers, d, S, D, s,
-                                     spec.model, h0=spec.h0, wire=spec.wire) - pipe_bytes
+    way_bytes = volume.way_link_bytes(halo_m, stats.num_features, spec.layers, d, D, s, spec.model, wire=spec.wire)
     if C > 1 and spec.wire == "float32":  # stale hybrid, float32 wire: rows travel in the history's dtype
-        halo_bytes = halo_bytes * spec.history_bytes // s
+        way_bytes = way_bytes * spec.history_bytes // s
     ar_bytes = params_total * 4 * D if D > 1 else 0
     worst = max(stages, key=lambda x: x.mem_bytes)
     fits, reason = _fit(prof, worst.mem_bytes, f"stage {worst.stage} of {S}", worst.mem)
     notes = _notes(stats, topo) + notes_v
     return Prediction(
         topology=topo,
-        bytes={"halo": halo_bytes, "pipe": pipe_bytes, "allreduce": ar_bytes,
-               "total": halo_bytes + pipe_bytes + ar_bytes},
+        bytes={"halo": 0, "way": way_bytes, "pipe": pipe_bytes, "allreduce": ar_bytes,
+               "total": way_bytes + pipe_bytes + ar_bytes},
         compute_s=compute, comm_s=comm, bubble_s=bubble, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=worst.mem_bytes, fits=fits, reason=reason, per_stage=stages, profile=prof.name,
         notes=notes, wire=spec.wire, codec_s=codecs[i_max] * relief,

@@ -150,8 +150,9 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
 
 
 def num_units(spec: ModelSpec) -> int:
-    """Units an executor can place on stages: L, or L + 2 with input/output linears."""
-    return spec.layers + (0 if spec.model in FEATURE_FIRST_MODELS else 2)
+    """Units an executor can place on stages: L, or L + 2 with input/output linears
+    (:attr:`~gnnpipe.config.ModelShape.num_units`)."""
+    return spec.num_units
 
 
 def param_count(stats: GraphStats, spec: ModelSpec) -> int:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from gnnpipe._base import GnnpipeError
-from gnnpipe.config import BACKENDS, FEATURE_FIRST_MODELS, MODELS
+from gnnpipe.config import (BACKENDS, FEATURE_FIRST_MODELS, MODELS, USER_MODEL, ModelConfigError, ModelShape,
+                            bad_model_field)
 from gnnpipe.extras import require_dgl
 from gnnpipe.models.block import Block, BlockError
 from gnnpipe.models.units import (
@@ -43,34 +43,25 @@ from gnnpipe.models.units import (
 )
 
 __all__ = [
-    "Block", "BlockError", "ModelConfig", "ModelConfigError", "RunCtx", "Unit", "GNN",
+    "Block", "BlockError", "ModelConfig", "ModelConfigError", "ModelShape", "RunCtx", "Unit", "GNN",
     "build_model", "copy_weights", "loss_fn", "accuracy_counts", "MODELS", "BACKENDS", "USER_MODEL",
 ]
-
-#: The model name of a chain of the user's own layers (:mod:`gnnpipe.models.user`); not a
-#: ``--model`` choice: only the Python API's ``fit(layers=[...])`` makes one.
-USER_MODEL = "user"
 
 log = logging.getLogger(__name__)
 
 
-class ModelConfigError(GnnpipeError, ValueError):
-    """A model option is invalid; the message names the field and the value."""
-
-
 @dataclass
 class ModelConfig:
-    """What model to build.
+    """What model to build: a :class:`~gnnpipe.config.ModelShape` (``model``, ``layers``,
+    ``hidden``, ``heads``: :attr:`shape`, which defines and validates them) with the data's
+    widths and the layers' options. Its fields stay flat, so that a trained model's file
+    (:mod:`gnnpipe.export`) keeps the same ``model_config`` keys.
 
     Args:
-        model: one of ``gcn``, ``sage``, ``gat``, ``gcnii``, ``resgcn+``, or ``user`` (a
-            chain of the user's layers: ``layers`` counts its units, ``hidden`` is the
-            width of its carried tensors).
+        model, layers, hidden, heads: the shape (:class:`~gnnpipe.config.ModelShape`); the
+            defaults build a 2-layer, 64-wide model with 4 gat heads.
         in_dim: input feature width F.
         num_classes: output width (classes, or labels for multi-label).
-        layers: number of graph layers (aggregations) L.
-        hidden: hidden width d (for GAT the concatenation of all heads).
-        heads: GAT attention heads of hidden layers; must divide ``hidden``.
         dropout: drop probability in [0, 1).
         alpha: GCNII initial-residual weight α in [0, 1].
         lam: GCNII λ (θ in PyG) > 0; β_l = log(λ/l + 1).
@@ -92,32 +83,37 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> ModelConfigError:
-            return ModelConfigError(f"model config: {name} must be {want}, got {getattr(self, name)!r}")
+            return bad_model_field(name, getattr(self, name), want)
 
-        if self.model not in MODELS and self.model != USER_MODEL:
-            raise bad("model", "one of " + ", ".join(MODELS))
+        self.shape  # model, layers, hidden, heads
         if self.backend not in BACKENDS:
             raise bad("backend", "one of " + ", ".join(BACKENDS))
-        for name in ("in_dim", "num_classes", "layers", "hidden", "heads"):
+        for name in ("in_dim", "num_classes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad(name, "a positive integer")
+                raise bad(name, "an integer >= 1")
         if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
-            raise bad("dropout", "in [0, 1)")
+            raise bad("dropout", "a probability in [0, 1)")
         if not 0.0 <= self.alpha <= 1.0:
-            raise bad("alpha", "in [0, 1]")
+            raise bad("alpha", "a weight in [0, 1]")
         if not self.lam > 0.0:
-            raise bad("lam", "> 0")
-        if self.model == "gat" and self.hidden % self.heads:
-            raise ModelConfigError(
-                f"model config: hidden ({self.hidden}) must be divisible by heads ({self.heads}) for gat"
-            )
+            raise bad("lam", "a number > 0")
+
+    @classmethod
+    def of(cls, shape: ModelShape, in_dim: int, num_classes: int, **options) -> "ModelConfig":
+        """The model of ``shape`` on data of these widths; ``options`` set the other fields."""
+        return cls(model=shape.model, in_dim=in_dim, num_classes=num_classes, layers=shape.layers,
+                   hidden=shape.hidden, heads=shape.heads, **options)
+
+    @property
+    def shape(self) -> ModelShape:
+        """The model's shape (validated: :class:`~gnnpipe.config.ModelShape`)."""
+        return ModelShape(self.model, self.layers, self.hidden, self.heads)
 
     @property
     def num_units(self) -> int:
-        """Units :func:`build_model` makes: one per layer, plus input and output linears for
-        the models that start with one (the pipeline splits the model at unit boundaries)."""
-        return self.layers if self.model in FEATURE_FIRST_MODELS + (USER_MODEL,) else self.layers + 2
+        """Units :func:`build_model` makes (:attr:`ModelShape.num_units`)."""
+        return self.shape.num_units
 
 
 class GNN(nn.Module):
@@ -164,7 +160,7 @@ def build_model(cfg: ModelConfig, seed: int) -> GNN:
         :class:`GNN`.
     """
     if cfg.model == USER_MODEL:
-        raise ModelConfigError("model config: model 'user' is a chain of your own layers; "
+        raise ModelConfigError("model", "model config: model 'user' is a chain of your own layers; "
                                "gnnpipe.models.user.UserChain builds it, build_model cannot")
     b = _backend(cfg.backend)
     L, d, p, C = cfg.layers, cfg.hidden, cfg.dropout, cfg.num_classes
@@ -209,7 +205,7 @@ def copy_weights(dst: GNN, src: GNN) -> None:
     for f in ("model", "in_dim", "num_classes", "layers", "hidden", "heads"):
         if getattr(a, f) != getattr(b, f):
             raise ModelConfigError(
-                f"copy_weights: models differ in {f}: destination {getattr(a, f)!r}, source {getattr(b, f)!r}"
+                f, f"copy_weights: models differ in {f}: destination {getattr(a, f)!r}, source {getattr(b, f)!r}"
             )
     with torch.no_grad():
         for ud, us in zip(dst.units, src.units):

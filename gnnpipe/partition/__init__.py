@@ -16,17 +16,17 @@ from gnnpipe.partition.plan import (
     read_plan_meta,
     relabel_graph,
 )
-from gnnpipe.partition.stats import ModelShape, plan_stats
-from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes, startup_bytes
+from gnnpipe.partition.stats import VolumeShape, plan_stats
+from gnnpipe.partition.volume import graph_parallel_bytes, hybrid_bytes, pipeline_bytes, startup_bytes, way_link_bytes
 
 __all__ = [
     "METHODS",
     "OBJECTIVES",
     "HaloInfo",
     "LocalPart",
-    "ModelShape",
     "PartitionPlan",
     "PlanMismatchError",
+    "VolumeShape",
     "assign_layers",
     "build_plan",
     "check_plan_matches",
@@ -42,4 +42,5 @@ __all__ = [
     "read_plan_meta",
     "relabel_graph",
     "startup_bytes",
+    "way_link_bytes",
 ]

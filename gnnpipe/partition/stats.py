@@ -14,8 +14,11 @@ from gnnpipe.partition.plan import PartitionPlan, gather_rows
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """The model whose per-epoch communication the statistics predict.
+class VolumeShape:
+    """The model whose per-epoch communication the statistics predict: the volume
+    formulas' inputs stats.json records (``volume.model_shape``), a model's ``model``,
+    ``layers`` and ``hidden`` (as a :class:`gnnpipe.config.ModelShape`'s) with the plan's
+    F, s and S. Not a model description: nothing is built from it.
 
     Args:
         layers: L, graph layers.
@@ -35,17 +38,17 @@ class ModelShape:
     model: str = "gcn"
 
 
-def _shape(model_shape: Any) -> ModelShape:
+def _shape(model_shape: Any) -> VolumeShape:
     if model_shape is None:
-        return ModelShape()
-    if isinstance(model_shape, ModelShape):
+        return VolumeShape()
+    if isinstance(model_shape, VolumeShape):
         return model_shape
     if isinstance(model_shape, dict):
         try:
-            return ModelShape(**model_shape)
+            return VolumeShape(**model_shape)
         except TypeError as e:
             raise GnnpipeError(f"model_shape: {e}") from None
-    raise GnnpipeError(f"model_shape: expected ModelShape, dict or None, got {type(model_shape).__name__}")
+    raise GnnpipeError(f"model_shape: expected VolumeShape, dict or None, got {type(model_shape).__name__}")
 
 
 def _balance(sizes: np.ndarray) -> float:
@@ -87,7 +90,7 @@ def plan_stats(graph: Graph, plan: PartitionPlan, model_shape: Any = None) -> di
     Args:
         graph: the graph in ORIGINAL ids.
         plan: a plan for it.
-        model_shape: :class:`ModelShape`, a dict of its fields, or None (32 layers, d=100).
+        model_shape: :class:`VolumeShape`, a dict of its fields, or None (32 layers, d=100).
 
     Returns:
         JSON-ready dict: ``parts``/``chunks`` (sizes, balance, edges, cut, halo counts

@@ -169,6 +169,39 @@ def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False, wire: s
     return 2 * (S - 1) * N * wire_row_bytes(d * (2 if h0 else 1), s, wire)
 
 
+def way_link_bytes(
+    sum_m: int,
+    F: int,
+    L: int,
+    d: int,
+    D: int,
+    s: int = 4,
+    model: str = "gcn",
+    formula: str = "ours",
+    wire: str = "float32",
+) -> int:
+    """Bytes per epoch of the hybrid's way link (the communicator's ``way_fwd`` + ``way_bwd``).
+
+    At every exchanged aggregation layer (:func:`exchanged_layers`), whichever stage runs
+    it, each boundary vertex travels once forward to each way that needs it and its gradient
+    once back, per epoch, however many chunks of that way read it
+    (``gnnpipe.parallel.pipeline.waylink.WayLink``: pushed at its owner's slot into the
+    reader's remote-row buffer, gradients batched until the owner's backward slot; the exact
+    hybrid exchanges the same rows inside autograd). So it equals
+    :func:`graph_parallel_bytes` of the same ``D`` parts, ``2·s·d·n_x·Σ_w M_w``, counted
+    apart from graph parallelism's halo; 0 for one way.
+
+    Args:
+        sum_m: Σ_w M_w, the distinct remote neighbours of each way's part, summed over the
+            ``D`` ways (graph parallelism's Σ_p M_p for the same parts).
+        F, L, d, s, model, formula, wire: as in :func:`graph_parallel_bytes`.
+        D: ways.
+    """
+    if D < 1:
+        raise GnnpipeError(f"ways: expected at least 1, got {D}")
+    return graph_parallel_bytes(sum_m, F, L, d, s=s, model=model, formula=formula, wire=wire) if D > 1 else 0
+
+
 def hybrid_bytes(
     N: int,
     sum_m: int,
@@ -183,18 +216,12 @@ def hybrid_bytes(
     formula: str = "ours",
     wire: str = "float32",
 ) -> int:
-    """Bytes per epoch of the hybrid: ``D`` pipelines of ``S`` stages, halos between ways.
+    """Bytes per epoch of the hybrid: ``D`` pipelines of ``S`` stages and the way link.
 
-    Each way pipelines its own vertices, so the stage-boundary traffic sums to
-    :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways, at every exchanged
-    aggregation layer (:func:`exchanged_layers`), whichever stage runs it, each boundary
-    vertex travels once forward to each way that needs it and its gradient once back, per
-    epoch, however many chunks of that way read it (``gnnpipe.parallel.pipeline.waylink.WayLink``:
-    pushed at its owner's slot into the reader's remote-row buffer, gradients batched until
-    the owner's backward slot; the exact hybrid exchanges the same rows inside autograd).
-    The halo term is therefore :func:`graph_parallel_bytes` of the same ``D`` parts,
-    ``2·s·d·n_x·Σ_w M_w``. The weight all-reduce across ways is not included. ``D = 1`` is
-    the pure pipeline.
+    Each way pipelines its own vertices, so the stage-boundary traffic (``pipe_act`` +
+    ``pipe_grad``) sums to :func:`pipeline_bytes` ``(N, d, S)`` over all ways; between ways
+    travel :func:`way_link_bytes` (``way_fwd`` + ``way_bwd``). The weight all-reduce across
+    ways is not included. ``D = 1`` is the pure pipeline.
 
     Args:
         N: vertices.
@@ -206,10 +233,8 @@ def hybrid_bytes(
         h0: as in :func:`pipeline_bytes`.
         wire: the wire format of both terms (chunk rows and rows between ways).
     """
-    if D < 1:
-        raise GnnpipeError(f"ways: expected at least 1, got {D}")
-    halo = graph_parallel_bytes(sum_m, F, L, d, s=s, model=model, formula=formula, wire=wire) if D > 1 else 0
-    return pipeline_bytes(N, d, S, s=s, h0=h0, wire=wire) + halo
+    way = way_link_bytes(sum_m, F, L, d, D, s=s, model=model, formula=formula, wire=wire)
+    return pipeline_bytes(N, d, S, s=s, h0=h0, wire=wire) + way
 
 
 def chunk_halo_sum(indptr, indices, part, chunk) -> int:

@@ -26,11 +26,8 @@ def model_config(cfg: TrainConfig, graph, user: UserChain | None = None) -> Mode
     the description of the user's chain ``user`` (prepared by :func:`executor_for_config`)."""
     if user is not None:
         return user.model_config(graph.multilabel, cfg.dropout)
-    return ModelConfig(
-        model=cfg.model, in_dim=graph.num_features, num_classes=graph.num_classes,
-        layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, dropout=cfg.dropout,
-        alpha=cfg.alpha, lam=cfg.lam, backend=cfg.backend, multilabel=graph.multilabel,
-    )
+    return ModelConfig.of(cfg.model_shape, graph.num_features, graph.num_classes, dropout=cfg.dropout,
+                          alpha=cfg.alpha, lam=cfg.lam, backend=cfg.backend, multilabel=graph.multilabel)
 
 
 def plan_for(cfg: TrainConfig, graph, dims: ParallelDims):

@@ -47,7 +47,7 @@ class NeighbourSource(Protocol):
     collective: bool
 
     def push(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int | None,
-             category: str = "halo_fwd", epoch: int | None = None, unit: int = 0) -> None:
+             category: str = "way_fwd", epoch: int | None = None, unit: int = 0) -> None:
         """Bring ``rbuf`` up to date with chunk ``k``'s rows of ``buf`` (every chunk's: None,
         evaluation), just written; called before :meth:`read` of the same unit. ``epoch``
         (training only) and ``unit`` (the global unit index) key a lossy wire format."""
@@ -83,7 +83,7 @@ class LocalHistory:
     def __init__(self, chunks: list[ChunkInfo]) -> None:
         self.chunks = chunks
 
-    def push(self, buf, rbuf, k, category: str = "halo_fwd", epoch=None, unit: int = 0) -> None:
+    def push(self, buf, rbuf, k, category: str = "way_fwd", epoch=None, unit: int = 0) -> None:
         pass
 
     def read(self, buf: torch.Tensor, rbuf, k: int) -> torch.Tensor:

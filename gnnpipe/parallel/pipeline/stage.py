@@ -405,7 +405,7 @@ class PipelineStage:
                         src = hy.hist[pos]
                         src.copy_(h)
                         remote = hy.remote.get(pos)
-                        self.source.push(src, remote, None, category="halo_fwd")
+                        self.source.push(src, remote, None, category="way_fwd")
                     elif not refresh:
                         # the other ways' current rows this way reads: one exchange per unit
                         rows = self.source.halo_rows

@@ -6,7 +6,9 @@ at its owner's slot, into the readers' remote-row buffers, and batches the gradi
 those rows until their owner's backward slot (:class:`WayLink`'s docstring states the
 semantics exactly); exact, it exchanges current rows inside autograd as graph parallelism's
 halo does (:class:`gnnpipe.parallel.halo.HaloExchanger`). Wire formats as in
-:mod:`gnnpipe.parallel.halo` (kind ``KIND_WAY`` for the stale link's messages).
+:mod:`gnnpipe.parallel.halo` (kind ``KIND_WAY`` for the stale link's messages). Its bytes
+are counted as ``way_fwd`` (rows) and ``way_bwd`` (their gradients), apart from graph
+parallelism's ``halo_fwd``/``halo_bwd``, exact or stale.
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ class WayLink:
     * **Bytes**: per unit and epoch every (row, needing way) pair travels once forward and
       once backward: ``2·s·d·Σ_w M_w``, graph parallelism's halo volume over the same
       parts (float32 wire: ``s`` is the history's bytes per value, the rows are sent as
-      stored; a lossy wire format: ``row_bytes(d, wire)`` per row instead of ``s·d``).
+      stored; a lossy wire format: ``row_bytes(d, wire)`` per row instead of ``s·d``),
+      counted as ``way_fwd`` and ``way_bwd``
+      (:func:`gnnpipe.partition.volume.way_link_bytes`).
     * **Wire**: a lossy format encodes the pushed rows at ``message_site(KIND_WAY, unit,
       False)`` and the gradients at ``message_site(KIND_WAY, unit, True)``, keyed by the
       rows' original ids (:attr:`gid_own`, :attr:`gid_halo`); each receiver decodes into
@@ -148,7 +152,7 @@ class WayLink:
             return self.pull[k]
         return [(self.pull[0][q][0], self.pull[-1][q][1]) for q in range(len(self.pull[0]))]
 
-    def push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int | None, category: str = "halo_fwd",
+    def push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int | None, category: str = "way_fwd",
              epoch: int | None = None, unit: int = 0) -> None:
         """Every way sends the rows of its chunk ``k`` (every chunk: None) of ``buf`` that
         the others' halos hold; this way's ``rbuf`` rows of the others' chunk ``k`` are
@@ -218,11 +222,11 @@ class WayLink:
                     if rows.numel():
                         acc_rows(g, rows, self.wire.decode(recv[q], d))
 
-                streamed_exchange(self.comm, encode, recv, add, "halo_bwd")
+                streamed_exchange(self.comm, encode, recv, add, "way_bwd")
             else:
                 recv = [g.new_empty((rows.numel(), d)) for rows in self.push_rows[k]]
                 if self.comm.world_size > 1:
-                    self.comm.all_to_all(send, recv, category="halo_bwd")
+                    self.comm.all_to_all(send, recv, category="way_bwd")
                 for rows, got in zip(self.push_rows[k], recv):
                     if rows.numel():
                         acc_rows(g, rows, got)
@@ -277,7 +281,7 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
         if C != 1:
             raise GnnpipeError("internal: exact hybrid runs one chunk per way")
         exchanger = HaloExchanger(cross, hi - lo, [r.numpy() for r in push_rows[0]],
-                                  [b - a for a, b in pull[0]], wire=wire, gid_local=gid_own,
+                                  [b - a for a, b in pull[0]], "way_fwd", "way_bwd", wire=wire, gid_local=gid_own,
                                   gid_halo=gid_halo, device=device)
 
     def dev(x):
