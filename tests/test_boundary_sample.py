@@ -114,3 +114,89 @@ def test_what_it_cannot_serve_is_refused(kw, why):
         with pytest.raises(GnnpipeError, match="boundary_sample"):
             TrainConfig(mode="graph", boundary_sample=bad)
     assert TrainConfig(boundary_sample=1.0, **kw).boundary_sample == 1.0  # off: anything goes
+
+
+# ------------------------------------------------------------------ the cost model and planner
+def _plan_stats():
+    from gnnpipe.cost import GraphStats, PartInfo
+
+    N, E, C = 20000, 400000, (1, 2, 4, 8, 16)  # every part equal, halo 30 % of a part: no METIS runs
+    infos = [PartInfo(p, int(0.3 * N), N // p + 1, E // p, int(0.3 * N / p) + 1, "test",
+                      chunk_halo={c: int(0.3 * N) + 50 * c for c in C},
+                      chunk_nbrs={c: (N // p) * min(c, 3) for c in C}) for p in (1, 2, 4)]
+    return GraphStats(N, E, 128, 8, None, "synthetic").with_parts(infos)
+
+
+def test_the_cost_model_sends_p_of_the_halo_rows():
+    from gnnpipe.cost import ModelSpec, load_profile, predict, with_link
+    from gnnpipe.dims import ParallelDims
+    from gnnpipe.partition.volume import graph_parallel_bytes
+
+    st, topo = _plan_stats(), ParallelDims("graph", ways=4)
+    slow = with_link(load_profile("cpu-this-machine"), 50_000_000)
+    full = predict(st, ModelSpec("gcnii", 8, 64), topo, slow)
+    part = predict(st, ModelSpec("gcnii", 8, 64, boundary_sample=0.1), topo, slow)
+    sum_m = st.part(4).sum_m
+    assert part.bytes["halo"] == graph_parallel_bytes(round(0.1 * sum_m), 128, 8, 64, 4, "gcnii")
+    assert full.bytes["halo"] == graph_parallel_bytes(sum_m, 128, 8, 64, 4, "gcnii")
+    assert part.comm_s < 0.2 * full.comm_s + 0.05 * full.epoch_s and part.boundary_sample == 0.1
+    assert any("boundary sampling 0.1" in n for n in part.notes)
+
+
+def test_the_planner_offers_sampling_only_under_a_budget_that_admits_its_measured_loss(monkeypatch):
+    from gnnpipe.cost import planner, wire_accuracy
+
+    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, (0.4, "a test's figure"))
+    monkeypatch.setattr(planner, "BOUNDARY_SAMPLE_LOSS", wire_accuracy.BOUNDARY_SAMPLE_LOSS)
+    assert planner.sample_choices("gcnii", None) == ([1.0], [])  # no budget: not considered
+    assert planner.sample_choices("gcnii", 0.5) == ([1.0, 0.1], [])
+    keep, out = planner.sample_choices("gcnii", 0.3)
+    assert keep == [1.0] and "expected loss 0.40 points (measured) > accuracy budget 0.3" in out[0]
+    assert "not gat" in planner.sample_choices("gat", 5.0)[1][0]
+    assert "--exact" in planner.sample_choices("sage", 5.0, exact=True)[1][0]
+
+
+def test_a_sampled_plan_carries_its_loss_and_its_flag(monkeypatch):
+    from gnnpipe.cost import ModelSpec, load_profile, rank_configs, train_command, with_link
+    from gnnpipe.cost import planner, wire_accuracy
+
+    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, (0.4, "a test's figure"))
+    slow = with_link(load_profile("cpu-this-machine"), 50_000_000)
+    spec = ModelSpec("gcnii", 8, 64)
+    preds = rank_configs(_plan_stats(), spec, 4, slow, estimate=False, samples=[1.0, 0.1], chunk_factors=(4,))
+    graph = [p for p in preds if p.topology.mode == "graph"]
+    assert sorted(p.boundary_sample for p in graph) == [0.1, 1.0]
+    sampled = next(p for p in graph if p.boundary_sample == 0.1)
+    assert sampled.accuracy_cost == pytest.approx(0.4)
+    assert all(p.boundary_sample == 1.0 for p in preds if p.topology.mode != "graph")
+    cmd = train_command(sampled, "squirrel", spec)
+    assert cmd.endswith("--mode graph --parts 4 --boundary-sample 0.1")
+    assert TrainConfig(mode="graph", model="gcnii", boundary_sample=0.1).boundary_sample == 0.1  # (it would run)
+    assert planner.rank_key(sampled)[1] == pytest.approx(sampled.epoch_s * 1.05)
+
+
+def test_gnnpipe_plan_ranks_sampling_under_a_budget_and_says_where_its_loss_comes_from(monkeypatch, capsys):
+    import json
+
+    from gnnpipe.cli.plan import main as plan_main
+    from gnnpipe.cost import wire_accuracy
+
+    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, (0.4, "a test's figure"))
+    args = ["--stats", "20000,400000,128", "--world", "4", "--model", "gcnii", "--layers", "8", "--hidden", "64",
+            "--chunk-factors", "4", "--estimate-nodes", "1000", "--link-rate", "50mbit"]
+    assert plan_main([*args, "--json"]) == 0  # no budget: no sampling
+    out = json.loads(capsys.readouterr().out)
+    assert out["boundary_sample"]["ranked"] == [1.0] and {p["boundary_sample"] for p in out["predictions"]} == {1.0}
+    assert plan_main([*args, "--accuracy-budget", "0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["boundary_sample"]["ranked"] == [1.0, 0.1]
+    assert out["boundary_sample"]["source"] == {"0.1": "a test's figure"}
+    graph = {p["boundary_sample"]: p for p in out["predictions"] if p["topology"]["mode"] == "graph"}
+    assert graph[0.1]["bytes"]["halo"] < 0.11 * graph[1.0]["bytes"]["halo"] and graph[0.1]["accuracy_cost"] == 0.4
+    assert plan_main([*args, "--accuracy-budget", "0.3"]) == 0
+    txt = capsys.readouterr().out
+    assert "left out: boundary sample 0.1: expected loss 0.40 points (measured) > accuracy budget 0.3" in txt
+    assert "+bns" not in txt
+    assert plan_main([*args, "--accuracy-budget", "0.5"]) == 0
+    txt = capsys.readouterr().out
+    assert "float32+bns0.1" in txt and "expected loss 0.40 points, a test's figure" in txt

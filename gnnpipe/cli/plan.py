@@ -58,10 +58,10 @@ from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
 from gnnpipe.config import WIRE_FORMATS
 from gnnpipe.fsutil import protected_reason
-from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_MIN_GAIN, GraphStats,
+from gnnpipe.cost import (BOUNDARY_SAMPLE_LOSS, DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_MIN_GAIN, GraphStats,
                           WireAccuracy, wire_accuracy_from_results, prior_for, ModelSpec, chunk_counts, feasible_topologies,
                           graph_stats_from_graph, load_profile, profile_toml, profiles_dir, rank_configs, train_command,
-                          user_profiles_dir, wire_choices, with_link)
+                          user_profiles_dir, sample_choices, wire_choices, with_link)
 from gnnpipe.data.catalog import find_card, name_key, resolve_dataset
 from gnnpipe.data.graph import Graph
 
@@ -243,14 +243,40 @@ def wire_lines(wires: Sequence[str], left_out: Sequence[str], requested: str, bu
 
 
 def _wire_cost(best, preds, accuracy: WireAccuracy = WireAccuracy()) -> str:
-    """What the recommendation's wire format saves and costs against float32 in the same layout."""
-    if best.wire == "float32":
+    """What the recommendation's wire format (and boundary sampling) saves and costs against
+    float32 with every boundary row, in the same layout."""
+    sampled = best.boundary_sample < 1.0
+    if best.wire == "float32" and not sampled:
         return ""
-    ref = next((p for p in preds if p.wire == "float32" and p.topology == best.topology), None)
-    vs = (f" against {_mb(ref.bytes['total'])} MB and {ref.epoch_s * 1e3:.1f} ms in float32" if ref else "")
-    return (f" --wire {best.wire}: {_mb(best.bytes['total'])} MB and {best.epoch_s * 1e3:.1f} ms per epoch{vs}; "
-            f"expected accuracy loss {best.accuracy_cost:.2f} points "
-            f"({'a prior' if accuracy.kind_of(best.wire) == 'prior' else 'measured'})")
+    ref = next((p for p in preds if p.wire == "float32" and p.boundary_sample >= 1.0 and p.topology == best.topology),
+               None)
+    what = " ".join(([f"--wire {best.wire}"] if best.wire != "float32" else [])
+                    + ([f"--boundary-sample {best.boundary_sample:g}"] if sampled else []))
+    vs = (f" against {_mb(ref.bytes['total'])} MB and {ref.epoch_s * 1e3:.1f} ms in float32"
+          + (" with every boundary row" if sampled else "") if ref else "")
+    kind = "a prior" if accuracy.kind_of(best.wire) == "prior" else "measured"
+    whence = ([f"{best.wire} {kind}" if sampled else kind] if best.wire != "float32" else [])
+    if sampled:
+        whence.append(f"sampling measured: {BOUNDARY_SAMPLE_LOSS[best.boundary_sample][1]}")
+    return (f" {what}: {_mb(best.bytes['total'])} MB and {best.epoch_s * 1e3:.1f} ms per epoch{vs}; "
+            f"expected accuracy loss {best.accuracy_cost:.2f} points ({'; '.join(whence)})")
+
+
+def _wire_label(p) -> str:
+    """A row's wire format, with ``+bns P`` under boundary sampling."""
+    return p.wire + (f"+bns{p.boundary_sample:g}" if p.boundary_sample < 1.0 else "")
+
+
+def sample_lines(samples: Sequence[float], left_out: Sequence[str]) -> list[str]:
+    """The header line that says whether graph mode's boundary sampling was ranked, and
+    where its expected loss comes from."""
+    ranked = [s for s in samples if s < 1.0]
+    if not ranked and not left_out:
+        return []
+    said = "; ".join(f"{s:g}: expected loss {BOUNDARY_SAMPLE_LOSS[s][0]:.2f} points, {BOUNDARY_SAMPLE_LOSS[s][1]}"
+                     for s in ranked)
+    return [f"sampling graph mode's --boundary-sample {said or 'not ranked'}"
+            + (f"; left out: {'; '.join(left_out)}" if left_out else "")]
 
 
 def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth: dict | None = None,
@@ -266,14 +292,14 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth:
         f"profile  {profile.name}: {profile.description}",
         *wire_info,
         "",
-        f"{'#':>3} {'configuration':<26} {'wire':<8} {'epoch ms':>9} {'compute':>8} {'comm':>8} {'bubble':>8} "
+        f"{'#':>3} {'configuration':<26} {'wire':<13} {'epoch ms':>9} {'compute':>8} {'comm':>8} {'bubble':>8} "
         f"{'MB/epoch':>10} {'acc -pts':>8} {'peak GiB':>9}  fits",
     ]
     fitting = [p for p in preds if p.fits]
     shown = preds[:top] if top else preds
     for i, p in enumerate(shown, 1):
         lines.append(
-            f"{i:>3} {p.topology.label():<26} {p.wire:<8} {p.epoch_s * 1e3:>9.1f} {p.compute_s * 1e3:>8.1f} "
+            f"{i:>3} {p.topology.label():<26} {_wire_label(p):<13} {p.epoch_s * 1e3:>9.1f} {p.compute_s * 1e3:>8.1f} "
             f"{p.comm_s * 1e3:>8.1f} {p.bubble_s * 1e3:>8.1f} {_mb(p.bytes['total']):>10} {p.accuracy_cost:>8.2f} "
             f"{p.peak_mem_bytes / 2**30:>9.2f}  " + ("yes" if p.fits else f"no: {p.reason}")
         )
@@ -366,6 +392,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     accuracy = (wire_accuracy_from_results(args.wire_accuracy, args.model) if args.wire_accuracy is not None
                 else prior_for(args.model))
     wires, wires_out = wire_choices(args.wire, args.accuracy_budget, args.exact, accuracy)
+    samples, samples_out = sample_choices(spec.model, args.accuracy_budget, args.exact)
     try:
         profile = load_profile(args.profile)
     except UnicodeDecodeError:  # a binary file given as --profile
@@ -391,7 +418,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
                          estimate_nodes=est_nodes, seed=args.seed, progress=progress, wires=wires, exact=args.exact,
-                         accuracy=accuracy)
+                         accuracy=accuracy, samples=samples)
     if not preds:
         raise GnnpipeError(f"--world {args.world}: no feasible configuration for {stats.num_nodes} nodes")
     if args.json:
@@ -410,6 +437,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
                      "expected_accuracy_loss": dict(accuracy.loss), "expected_accuracy_source": accuracy.source,
                      "expected_accuracy_kind": accuracy.kind,
                      "expected_accuracy_measured": sorted(accuracy.measured)},
+            # graph mode's boundary sampling: the fractions ranked (1.0: every row), and why others were not
+            "boundary_sample": {"ranked": samples, "left_out": samples_out,
+                                "expected_accuracy_loss": {f"{s:g}": BOUNDARY_SAMPLE_LOSS[s][0] for s in samples if s < 1},
+                                "source": {f"{s:g}": BOUNDARY_SAMPLE_LOSS[s][1] for s in samples if s < 1}},
             # each prediction: "wire", "bytes" (halo, way, pipe, allreduce, total: the volume
             # formulas in that format), "codec_s" and "accuracy_cost" (points, expected_accuracy_kind)
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
@@ -421,7 +452,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(out, indent=1, default=str))
     else:
         print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth,
-                           wire_info=wire_lines(wires, wires_out, args.wire, args.accuracy_budget, args.exact, accuracy),
+                           wire_info=wire_lines(wires, wires_out, args.wire, args.accuracy_budget, args.exact, accuracy)
+                           + sample_lines(samples, samples_out),
                            accuracy=accuracy,
                            exact=args.exact))
     return 0

@@ -110,11 +110,14 @@ class ModelSpec(ModelShape):
             between ways): the predicted bytes count ``row_bytes(d, wire)`` per row
             (:mod:`gnnpipe.partition.volume`); the predicted times send those bytes and
             pay the codec (:mod:`gnnpipe.cost.predict`).
+        boundary_sample: graph mode's ``--boundary-sample`` P: the fraction of the halo rows
+            a training exchange sends (:mod:`gnnpipe.partition.sampling`); 1.0, every row.
     """
 
     bytes_per_value: int = 4
     history_bytes: int = 4
     wire: str = "float32"
+    boundary_sample: float = 1.0
 
     #: The cost model knows the built-in models only (a user's chain brings its own estimate).
     known_models: ClassVar[tuple[str, ...]] = MODELS
@@ -133,6 +136,8 @@ class ModelSpec(ModelShape):
             kw["history_bytes"] = 2 if run.history_dtype == "bfloat16" else 4
         if getattr(run, "wire", None) is not None:
             kw["wire"] = run.wire
+        if getattr(run, "boundary_sample", None) is not None:
+            kw["boundary_sample"] = float(run.boundary_sample)
         return super().of(run, **{**kw, **overrides})
 
     def __post_init__(self) -> None:
@@ -145,3 +150,5 @@ class ModelSpec(ModelShape):
             raise GnnpipeError(f"history_bytes: expected 4 (float32) or 2 (bfloat16), got {self.history_bytes}")
         if self.wire not in WIRE_FORMATS:
             raise GnnpipeError(f"wire: expected one of {', '.join(WIRE_FORMATS)}, got {self.wire!r}")
+        if not 0.0 < self.boundary_sample <= 1.0:
+            raise GnnpipeError(f"boundary_sample: expected a fraction in (0, 1], got {self.boundary_sample!r}")

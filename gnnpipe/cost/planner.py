@@ -18,13 +18,13 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.config import WIRE_FORMATS
+from gnnpipe.config import SAMPLED_MODELS, WIRE_FORMATS
 from gnnpipe.cost.graphstats import estimate_part_info
 from gnnpipe.cost.inputs import GraphStats, ModelSpec
 from gnnpipe.cost.predict import Prediction, predict
 from gnnpipe.cost.profile import HardwareProfile
 from gnnpipe.cost.units import num_units
-from gnnpipe.cost.wire_accuracy import PRIOR, WireAccuracy
+from gnnpipe.cost.wire_accuracy import BOUNDARY_SAMPLE_LOSS, PRIOR, WireAccuracy, sample_loss
 from gnnpipe.dims import ParallelDims
 
 #: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
@@ -86,6 +86,36 @@ def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
     return [wire], []
 
 
+def sample_choices(model: str, accuracy_budget: float | None, exact: bool = False) -> tuple[list[float], list[str]]:
+    """The boundary-sampling fractions to rank in graph mode (``--boundary-sample``): 1.0, and
+    the measured ones (:data:`gnnpipe.cost.wire_accuracy.BOUNDARY_SAMPLE_LOSS`) only under an
+    explicit ``--accuracy-budget`` that admits their expected loss, for a model the sampling
+    serves (:data:`gnnpipe.config.SAMPLED_MODELS`) and without ``exact``.
+
+    Returns:
+        ``(fractions, left_out)``: 1.0 first, and one line per fraction left out, saying why
+        (none when no budget was given: sampling is not considered at all then).
+    """
+    keep, out = [1.0], []
+    if accuracy_budget is None:
+        return keep, out
+    for frac, (loss, _source) in sorted(BOUNDARY_SAMPLE_LOSS.items()):
+        why = None
+        if exact:
+            why = "--exact keeps every boundary row"
+        elif model not in SAMPLED_MODELS:
+            why = f"serves {', '.join(SAMPLED_MODELS)}, not {model}"
+        elif not math.isfinite(loss):
+            why = "its accuracy loss is not measured"
+        elif loss > accuracy_budget:
+            why = f"expected loss {loss:.2f} points (measured) > accuracy budget {accuracy_budget:g}"
+        if why:
+            out.append(f"boundary sample {frac:g}: {why}")
+        else:
+            keep.append(frac)
+    return keep, out
+
+
 def feasible_topologies(world: int, spec: ModelSpec, num_nodes: int,
                         chunk_factors: Sequence[int] = CHUNK_FACTORS, exact: bool = False) -> list[ParallelDims]:
     """Every feasible (mode, D, S, C) for ``world`` ranks.
@@ -120,7 +150,8 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                  chunk_factors: Sequence[int] = CHUNK_FACTORS, estimate: bool = True,
                  estimate_nodes: int = 20000, seed: int = 0,
                  progress: Callable[[str], None] | None = None, wires: Sequence[str] = (),
-                 exact: bool = False, accuracy: WireAccuracy = PRIOR) -> list[Prediction]:
+                 exact: bool = False, accuracy: WireAccuracy = PRIOR,
+                 samples: Sequence[float] = (1.0,)) -> list[Prediction]:
     """Predict every feasible configuration and rank them.
 
     Missing partition facts (Σ M_p for P = world parts or D ways) are estimated from a
@@ -132,6 +163,9 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             :func:`wire_choices` makes the list); each prediction carries its ``wire`` and
             ``accuracy_cost`` (``accuracy.loss``: the prior by default).
         exact: plan ``gnnpipe-train --exact`` (one chunk per way; float32 wire only).
+        samples: graph mode's boundary-sampling fractions to rank (:func:`sample_choices`);
+            a fraction below 1 adds its measured expected loss to the prediction's
+            ``accuracy_cost``.
 
     Returns:
         predictions, those that fit memory first, each group by predicted epoch time, a
@@ -167,16 +201,18 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                                           chunk_nbrs={**e.chunk_nbrs, **have.chunk_nbrs},
                                           source=have.source + " (chunk facts estimated)"))
             stats = stats.with_parts(merged)
-    preds = [replace(predict(stats, replace(spec, wire=w), t, profile), accuracy_cost=accuracy.loss[w])
-             for t in topos for w in wires]
+    preds = [replace(predict(stats, replace(spec, wire=w, boundary_sample=p), t, profile),
+                     accuracy_cost=accuracy.loss[w] + sample_loss(p))
+             for t in topos for w in wires for p in (samples if t.mode == "graph" else (1.0,))]
     preds.sort(key=rank_key)
     return preds
 
 
 def rank_key(p: Prediction) -> tuple:
-    """The planner's order: fitting first, then epoch time with a lossy wire's counted
-    :data:`WIRE_MIN_GAIN` longer, then the smaller expected accuracy loss."""
-    return (not p.fits, p.epoch_s * (1.0 + WIRE_MIN_GAIN if p.wire != "float32" else 1.0), p.accuracy_cost)
+    """The planner's order: fitting first, then epoch time with a lossy wire's (or boundary
+    sampling's) counted :data:`WIRE_MIN_GAIN` longer, then the smaller expected accuracy loss."""
+    lossy = p.wire != "float32" or p.boundary_sample < 1.0
+    return (not p.fits, p.epoch_s * (1.0 + WIRE_MIN_GAIN if lossy else 1.0), p.accuracy_cost)
 
 
 def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str = "cpu",
@@ -213,7 +249,8 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
     if device != "cpu":
         base += f" --device {device}"
     if t.mode == "graph":
-        return f"{base} --mode graph --parts {t.ways}{wire}"
+        bns = f" --boundary-sample {pred.boundary_sample:g}" if pred.boundary_sample < 1.0 else ""
+        return f"{base} --mode graph --parts {t.ways}{wire}{bns}"
     if exact:
         return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --exact"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""

@@ -135,6 +135,7 @@ class Prediction:
         wire: the wire format of the training messages (``ModelSpec.wire``).
         codec_s: the busiest rank's (stage's) encode + decode time per epoch, included in
             ``compute_s`` (0 in float32).
+        boundary_sample: graph mode's fraction of halo rows sent (``ModelSpec.boundary_sample``).
         accuracy_cost: expected accuracy loss of ``wire`` in points, as the planner's table
             gives it (:mod:`gnnpipe.cost.wire_accuracy`); 0 from :func:`predict`.
     """
@@ -155,6 +156,7 @@ class Prediction:
     wire: str = "float32"
     codec_s: float = 0.0
     accuracy_cost: float = 0.0
+    boundary_sample: float = 1.0
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -319,14 +321,19 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
                     + 2 * prof.unit_overhead_s)
     n_x = volume.exchanged_layers(spec.model, spec.layers)
     rb = volume.wire_row_bytes(d, s, spec.wire)  # bytes of one halo row on the wire
+    # Boundary sampling sends a fraction p of every pair's rows: Σ ⌊p·n⌋ over the pairs,
+    # which the statistics (Σ M_p, the largest M_p) give as p times theirs, up to the
+    # rounding of each pair (the volume formula's exact count needs the pairs).
+    p = spec.boundary_sample
+    sent_max, sent_sum = pi.max_halo * p, pi.sum_m * p
     codec = 0.0
     if P > 1:
         # Per exchanged layer: gather the send rows and concatenate [own | halo] forward;
         # scatter-add the halo's gradient home backward.
-        compute += n_x * s * d * (2.0 * pi.max_halo + pi.max_nodes + 2.0 * pi.max_halo) / prof.gather_bytes_s
+        compute += n_x * s * d * (2.0 * sent_max + pi.max_nodes + 2.0 * pi.max_halo) / prof.gather_bytes_s
         # A lossy wire encodes what the rank sends and decodes what it receives, forward
         # and backward: about its halo's rows each way.
-        codec = 2 * n_x * codec_time(pi.max_halo * d, spec.wire) * slow
+        codec = 2 * n_x * codec_time(sent_max * d, spec.wire) * slow
     compute = compute * slow + codec
     ranks = list(range(P))
     # The busiest rank sends its halo-sized share; receive and send sizes are symmetric in
@@ -335,12 +342,12 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     # scheduler has descheduled.
     n_coll = 2 * n_x + 1 if P > 1 else 1  # halo exchanges both ways and the all-reduce
     sync = _group_sync(prof, P, P, compute / n_coll)
-    per_exchange = _a2a_time(prof, ranks, 0, pi.max_halo * rb, pi.sum_m / P * rb) + sync if P > 1 else 0.0
+    per_exchange = _a2a_time(prof, ranks, 0, sent_max * rb, sent_sum / P * rb) + sync if P > 1 else 0.0
     halo_s = 2 * n_x * per_exchange
     params = param_count(stats, spec)
     ar_s = _allreduce_time(prof, ranks, params * 4.0) + (sync if P > 1 else 0.0)
-    halo_bytes = volume.graph_parallel_bytes(pi.sum_m, stats.num_features, spec.layers, d, s, spec.model, "ours",
-                                             wire=spec.wire)
+    halo_bytes = volume.graph_parallel_bytes(round(sent_sum), stats.num_features, spec.layers, d, s, spec.model,
+                                             "ours", wire=spec.wire)
     ar_bytes = params * 4 * P if P > 1 else 0
     opt = _opt_time(prof, params) * slow
     # Memory of the largest part.
@@ -367,7 +374,9 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
         bytes={"halo": halo_bytes, "way": 0, "pipe": 0, "allreduce": ar_bytes, "total": halo_bytes + ar_bytes},
         compute_s=compute, comm_s=halo_s + ar_s, bubble_s=0.0, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=peak, fits=fits, reason=reason, per_stage=[st], profile=prof.name,
-        notes=_notes(stats, topo), wire=spec.wire, codec_s=codec,
+        notes=_notes(stats, topo) + ([f"boundary sampling {p:g}: halo rows predicted as {p:g} x sum M_p"]
+                                     if p < 1.0 else []),
+        wire=spec.wire, codec_s=codec, boundary_sample=p,
     )
 
 

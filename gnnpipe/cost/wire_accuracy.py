@@ -93,6 +93,24 @@ PRIOR = WireAccuracy()
 SHIPPED_MEASURED: dict[str, dict[str, float]] = {"resgcn+": {"int8": 3.27, "int4": 9.89}}
 
 
+#: Boundary sampling (``--boundary-sample``, graph mode): fraction -> (expected test-accuracy
+#: loss in points against every row, where the figure comes from). Only measured fractions
+#: are offered by the planner, and only under an explicit ``--accuracy-budget``.
+BOUNDARY_SAMPLE_LOSS: dict[float, tuple[float, str]] = {
+    0.1: (float("nan"), "PENDING"),
+}
+
+
+def sample_loss(fraction: float) -> float:
+    """The expected loss of boundary sampling at ``fraction`` (0 at 1.0: every row)."""
+    if fraction >= 1.0:
+        return 0.0
+    if fraction not in BOUNDARY_SAMPLE_LOSS:
+        raise GnnpipeError(f"boundary sample {fraction:g}: no measured accuracy loss (measured: "
+                           f"{', '.join(f'{f:g}' for f in BOUNDARY_SAMPLE_LOSS)})")
+    return BOUNDARY_SAMPLE_LOSS[fraction][0]
+
+
 def prior_for(model: str | None) -> WireAccuracy:
     """The planner's default for ``model``: the prior, with this repository's own
     measurements of that model (:data:`SHIPPED_MEASURED`) where it has them."""
