@@ -133,17 +133,21 @@ class HaloExchanger:
         self._drawn = (epoch, draw)
         return draw
 
+    def _wire_buffers(self, counts: list, like: torch.Tensor) -> list:
+        """Per peer, a receive buffer of ``counts[q]`` rows of ``like``'s width as they travel:
+        encoded bytes with a lossy wire, ``like``'s dtype otherwise."""
+        d = like.shape[1]
+        width, dtype = (self.wire.row_bytes(d), torch.uint8) if self.wire.lossy else (d, like.dtype)
+        return [torch.empty((n, width), dtype=dtype, device=like.device) for n in counts]
+
     def _sampled_exchange(self, h_local: torch.Tensor, category: str, epoch: int, unit: int) -> torch.Tensor:
         """:meth:`exchange` under boundary sampling: each peer's sampled rows, scaled; the
         halo rows no peer sent this epoch stay zero."""
         draw = self._draw(epoch)
-        d, dev = h_local.shape[1], h_local.device
-        lossy = self.wire.lossy
+        d, lossy = h_local.shape[1], self.wire.lossy
         site = message_site(KIND_HALO, unit, False)
-        width = self.wire.row_bytes(d) if lossy else d
-        dtype = torch.uint8 if lossy else h_local.dtype
-        recv = [torch.empty((p.numel(), width), dtype=dtype, device=dev) for p in draw.recv_pos]
-        out = torch.zeros((self.num_halo, d), dtype=torch.float32, device=dev)
+        recv = self._wire_buffers([p.numel() for p in draw.recv_pos], h_local)
+        out = torch.zeros((self.num_halo, d), dtype=torch.float32, device=h_local.device)
 
         def produce(q: int) -> torch.Tensor:
             rows = h_local.index_select(0, draw.sends[q]) * draw.scales[q]
@@ -163,12 +167,9 @@ class HaloExchanger:
         """:meth:`return_grads` under boundary sampling: only the gradients of the rows that
         came this epoch go home, where they are scaled as the rows were."""
         draw = self._draw(epoch)
-        d, dev = grad_halo.shape[1], grad_halo.device
-        lossy = self.wire.lossy
+        d, lossy = grad_halo.shape[1], self.wire.lossy
         site = message_site(KIND_HALO, unit, True)
-        width = self.wire.row_bytes(d) if lossy else d
-        dtype = torch.uint8 if lossy else grad_halo.dtype
-        recv = [torch.empty((idx.numel(), width), dtype=dtype, device=dev) for idx in draw.sends]
+        recv = self._wire_buffers([idx.numel() for idx in draw.sends], grad_halo)
 
         def produce(q: int) -> torch.Tensor:
             g = grad_halo.index_select(0, draw.recv_pos[q])
