@@ -77,6 +77,14 @@ for ds, epochs, ev in (("squirrel", 150, 5), ("coauthor_physics", 60, 5)):
             CONFIGS[f"{short}-{mname}-bns10"] = ("sampled", 4, base + ["--mode", "graph", "--boundary-sample", "0.1"],
                                                  "graph mode, 10 % of boundary rows: the loss the planner quotes")
 
+# A shallow, wide model (issue 33: where boundary sampling is published to work, BNS-GCN's
+# 3-4-layer GraphSAGE): every row against 10 % of the boundary rows, graph mode.
+_SHALLOW = ["--dataset", "squirrel", "--model", "sage", "--layers", "4", "--hidden", "256", "--dropout", "0.5",
+            "--lr", "0.005", "--weight-decay", "0", "--epochs", "150", "--eval-every", "5", "--mode", "graph"]
+CONFIGS["squirrel-sage4-graph"] = ("sampled", 4, _SHALLOW, "graph-parallel reference (shallow)")
+CONFIGS["squirrel-sage4-bns10"] = ("sampled", 4, _SHALLOW + ["--boundary-sample", "0.1"],
+                                   "graph mode, 10 % of boundary rows: the loss the planner quotes")
+
 PAPER_P = {"squirrel-gcnii32": 38.04, "squirrel-resgcn32": 37.56, "physics-gcnii32": 94.03, "physics-resgcn32": 92.80}
 
 #: ``--wire`` variants (issue 20): how far (points, mean over seeds) a lossy wire format may move

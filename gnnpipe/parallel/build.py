@@ -27,7 +27,7 @@ from gnnpipe.models import GNN, USER_MODEL, ModelConfig, build_model
 from gnnpipe.parallel.chunks import build_chunks
 from gnnpipe.parallel.executor import Executor, StaleOptions
 from gnnpipe.parallel.features import gather_feature_rows
-from gnnpipe.parallel.graph import GraphParallelExecutor
+from gnnpipe.parallel.graph import GraphParallelExecutor, part_exchanger
 from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
 from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
@@ -38,6 +38,7 @@ from gnnpipe.wire import FLOAT32, Wire
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.predict import stage_blocks
 from gnnpipe.partition import assign_layers, load_local_part, relabel_graph
+from gnnpipe.partition.sampling import BoundarySample
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +122,10 @@ def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wi
         model = build_model(mcfg, seed=seed)
     model.to(device)  # before the optimizer is built over its parameters
     opt = optimizer(list(model.parameters()))
+    sample = BoundarySample(boundary_sample, seed) if boundary_sample < 1.0 else None
     return GraphParallelExecutor(comm, local, halo_x, model, opt, num_train, seed=seed,
-                                 multilabel=graph.multilabel, device=device, wire=wire,
-                                 boundary_sample=boundary_sample)
+                                 multilabel=graph.multilabel, device=device,
+                                 exchanger=part_exchanger(comm, local, device, wire, sample))
 
 
 def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,

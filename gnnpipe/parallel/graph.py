@@ -39,9 +39,21 @@ from gnnpipe.models.block import Block
 from gnnpipe.parallel.features import concat_rows, features_to_tensor
 from gnnpipe.parallel.executor import EpochResult, Executor, allreduce_grads, reduce_accuracies, split_counts, wait_seconds
 from gnnpipe.parallel.halo import HaloExchanger, with_halo
+from gnnpipe.partition.sampling import BoundarySample
 from gnnpipe.wire import FLOAT32, Wire
 
 log = logging.getLogger(__name__)
+
+
+def part_exchanger(comm, local, device: torch.device | str = "cpu", wire: Wire = FLOAT32,
+                   sample: BoundarySample | None = None) -> HaloExchanger:
+    """The halo exchange of this rank's part ``local`` (a :class:`gnnpipe.partition.LocalPart`):
+    its send lists, in ``wire``'s format, under boundary ``sample`` (None: every row).
+    Rows are keyed by ORIGINAL node ids (dropout masks, a lossy wire's rounding), so runs on
+    any number of ranks draw as the one-process run does."""
+    return HaloExchanger(comm, int(local.num_local), local.halo.send_idx, local.halo.recv_counts, wire=wire,
+                         gid_local=np.asarray(local.orig_ids, dtype=np.int64),
+                         gid_halo=np.asarray(local.halo_orig_ids, dtype=np.int64), device=device, sample=sample)
 
 
 class GraphParallelExecutor(Executor):
@@ -59,15 +71,13 @@ class GraphParallelExecutor(Executor):
         device: where this rank computes: the block, features, labels, masks and halo lists
             are put there (the model is the caller's to place, as its optimizer is built
             over its parameters).
-        wire: the wire format of the training halos (forward rows and their gradients).
-        boundary_sample: the fraction of each peer's boundary rows a training exchange sends
-            per epoch (BNS-GCN's sampling, :mod:`gnnpipe.partition.sampling`); 1.0, the
-            default, sends every row (exact).
+        exchanger: the part's halo exchange (:func:`part_exchanger`: its wire format and
+            boundary sampling); by default every row in float32.
     """
 
     def __init__(self, comm, local, halo_features, model: GNN, optimizer, num_train_global: int,
-                 seed: int = 0, multilabel: bool = False, device: str = "cpu", wire: Wire = FLOAT32,
-                 boundary_sample: float = 1.0) -> None:
+                 seed: int = 0, multilabel: bool = False, device: str = "cpu",
+                 exchanger: HaloExchanger | None = None) -> None:
         self.comm = comm
         self.dims = ParallelDims("graph", ways=comm.world_size)
         self.local = local
@@ -77,7 +87,6 @@ class GraphParallelExecutor(Executor):
         self.multilabel = multilabel
         self.device = torch.device(device)
         self.num_train_global = max(int(num_train_global), 1)
-        halo = local.halo
         n = int(local.num_local)
         self.num_local = n
         # Dropout masks (and a lossy wire's rounding) are keyed by ORIGINAL node ids, so they
@@ -85,9 +94,7 @@ class GraphParallelExecutor(Executor):
         # one-process run.
         gid_local = np.asarray(local.orig_ids, dtype=np.int64)
         gid_halo = np.asarray(local.halo_orig_ids, dtype=np.int64)
-        self.exchanger = HaloExchanger(comm, n, halo.send_idx, halo.recv_counts, wire=wire,
-                                       gid_local=gid_local, gid_halo=gid_halo, device=self.device,
-                                       sample=boundary_sample, seed=seed)
+        self.exchanger = exchanger if exchanger is not None else part_exchanger(comm, local, self.device)
         self.block = Block(
             indptr=torch.as_tensor(np.asarray(local.indptr, dtype=np.int64)),
             indices=torch.as_tensor(np.asarray(local.indices, dtype=np.int64)),

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.partition.sampling import sample_scale, sampled_positions
+from gnnpipe.partition.sampling import BoundarySample
 from gnnpipe.wire import FLOAT32, KIND_HALO, Wire, message_site
 
 
@@ -76,25 +76,25 @@ class HaloExchanger:
         gid_local, gid_halo: int64 ORIGINAL node ids of the local rows [num_local] and of the
             halo rows [num_halo] (the rounding keys; needed only by a lossy ``wire``).
         device: where the rows live (the index lists are kept there).
-        sample: boundary sampling (``--boundary-sample``, :mod:`gnnpipe.partition.sampling`):
-            each training exchange sends each peer the epoch's ``⌊sample·n⌋`` of its ``n``
-            rows, scaled by ``n / k``, and their gradients back; 1.0 (the default) sends
-            every row. The rank's part is ``comm.rank``.
-        seed: the run's seed (the sample's draw).
+        categories: the communicator's byte categories of the forward rows and of their
+            gradients (graph parallelism's halo by default; the exact hybrid's way link
+            books ``way_fwd`` / ``way_bwd``).
+        sample: boundary sampling (``--boundary-sample``,
+            :class:`gnnpipe.partition.sampling.BoundarySample`): each training exchange sends
+            each peer the epoch's ``⌊P·n⌋`` of its ``n`` rows, scaled by ``n / k``, and their
+            gradients back; None (the default) sends every row. The rank's part is
+            ``comm.rank``.
     """
 
     def __init__(self, comm, num_local: int, send_idx: list, recv_counts,
-                 fwd_category: str = "halo_fwd", bwd_category: str = "halo_bwd", *,
+                 categories: tuple[str, str] = ("halo_fwd", "halo_bwd"), *,
                  wire: Wire = FLOAT32, gid_local=None, gid_halo=None, device: torch.device | str = "cpu",
-                 sample: float = 1.0, seed: int = 0) -> None:
+                 sample: BoundarySample | None = None) -> None:
         self.comm = comm
-        # boundary sampling (gnnpipe.partition.sampling): training exchanges keep a seeded
-        # fraction of each peer's rows; 1.0 exchanges every row
-        self.sample = float(sample)
-        self.seed = int(seed)
+        # boundary sampling: training exchanges keep a seeded fraction of each peer's rows
+        self.sample = sample if sample is not None and sample.fraction < 1.0 else None
         self._drawn: tuple | None = None  # (epoch, _Draw) of the last epoch drawn
-        self.fwd_category = fwd_category
-        self.bwd_category = bwd_category
+        self.fwd_category, self.bwd_category = categories
         self.num_local = int(num_local)
         self.device = torch.device(device)
         self.send_idx = [torch.as_tensor(np.asarray(s, dtype=np.int64)).to(self.device) for s in send_idx]
@@ -123,11 +123,11 @@ class HaloExchanger:
         sends, scales, recv_pos = [], [], []
         for q, idx in enumerate(self.send_idx):
             n = idx.numel()
-            pos = torch.from_numpy(sampled_positions(self.seed, epoch, me, q, n, self.sample)).to(self.device)
+            pos = torch.from_numpy(self.sample.positions(epoch, me, q, n)).to(self.device)
             sends.append(idx.index_select(0, pos))
-            scales.append(sample_scale(n, self.sample))
+            scales.append(self.sample.scale(n))
             m = self.recv_counts[q]
-            rpos = sampled_positions(self.seed, epoch, q, me, m, self.sample) + self.recv_off[q]
+            rpos = self.sample.positions(epoch, q, me, m) + self.recv_off[q]
             recv_pos.append(torch.from_numpy(rpos).to(self.device))
         draw = _Draw(sends, scales, recv_pos)
         self._drawn = (epoch, draw)
@@ -195,7 +195,7 @@ class HaloExchanger:
         """
         d = h_local.shape[1]
         h_local = h_local.detach()
-        if epoch is not None and self.sample < 1.0:
+        if epoch is not None and self.sample is not None:
             return self._sampled_exchange(h_local, category, epoch, unit)
         if epoch is not None and self.wire.lossy:
             site = message_site(KIND_HALO, unit, False)
@@ -227,7 +227,7 @@ class HaloExchanger:
         """Send halo-row gradients to their owners; add what comes back into ``grad_local``.
 
         With ``epoch``, in the wire format at ``message_site(KIND_HALO, unit, True)``."""
-        if epoch is not None and self.sample < 1.0:
+        if epoch is not None and self.sample is not None:
             self._sampled_return(grad_halo, grad_local, category, epoch, unit)
             return
         d = grad_halo.shape[1]

@@ -23,6 +23,7 @@ oracle (:class:`gnnpipe.parallel.reference.BoundarySampleReference`) draws the s
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,3 +56,19 @@ def sample_scale(n: int, p: float) -> float:
     """The factor ``n / k`` of the rows (and gradients) that travel; 0 when none does."""
     k = sampled_count(n, p)
     return n / k if k else 0.0
+
+
+@dataclass(frozen=True)
+class BoundarySample:
+    """A run's boundary sampling: the fraction P and the seed of its draws."""
+
+    fraction: float
+    seed: int
+
+    def positions(self, epoch: int, owner: int, reader: int, n: int) -> np.ndarray:
+        """:func:`sampled_positions` of this run."""
+        return sampled_positions(self.seed, epoch, owner, reader, n, self.fraction)
+
+    def scale(self, n: int) -> float:
+        """:func:`sample_scale` of this run."""
+        return sample_scale(n, self.fraction)

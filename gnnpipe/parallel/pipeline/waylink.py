@@ -281,7 +281,7 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
         if C != 1:
             raise GnnpipeError("internal: exact hybrid runs one chunk per way")
         exchanger = HaloExchanger(cross, hi - lo, [r.numpy() for r in push_rows[0]],
-                                  [b - a for a, b in pull[0]], "way_fwd", "way_bwd", wire=wire, gid_local=gid_own,
+                                  [b - a for a, b in pull[0]], ("way_fwd", "way_bwd"), wire=wire, gid_local=gid_own,
                                   gid_halo=gid_halo, device=device)
 
     def dev(x):
