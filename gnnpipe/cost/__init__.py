@@ -36,7 +36,7 @@ from gnnpipe.cost.profile import (PROFILE_DIR_ENV, PROFILE_FIELDS, PROFILE_OPTIO
                                   with_link)
 from gnnpipe.cost.units import UnitWork, num_units, param_count, unit_works
 from gnnpipe.cost.wire_accuracy import (BOUNDARY_SAMPLE_LOSS, WIRE_ACCURACY_PRIOR, WIRE_ACCURACY_SOURCE, WireAccuracy,
-                                        prior_for)
+                                        prior_for, sample_figure)
 from gnnpipe.cost.wire_accuracy import from_results as wire_accuracy_from_results
 
 __all__ = [
@@ -46,5 +46,5 @@ __all__ = [
     "list_profiles", "load_profile", "num_units", "param_count", "part_info_from_plan", "predict",
     "profile_toml", "profiles_dir", "rank_configs", "stage_blocks", "train_command", "unit_works", "user_profiles_dir",
     "WIRE_ACCURACY_PRIOR", "WIRE_ACCURACY_SOURCE", "WIRE_MIN_GAIN", "rank_key", "wire_choices", "with_link",
-    "WireAccuracy", "wire_accuracy_from_results", "prior_for", "BOUNDARY_SAMPLE_LOSS", "sample_choices",
+    "WireAccuracy", "wire_accuracy_from_results", "prior_for", "BOUNDARY_SAMPLE_LOSS", "sample_choices", "sample_figure",
 ]
