@@ -146,7 +146,7 @@ def test_the_cost_model_sends_p_of_the_halo_rows():
 def test_the_planner_offers_sampling_only_under_a_budget_that_admits_its_measured_loss(monkeypatch):
     from gnnpipe.cost import planner, wire_accuracy
 
-    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (0.4, "a test's figure")})
+    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (0.4, 32, "a test's figure")})
     assert planner.sample_choices("gcnii", None) == ([1.0], [])  # no budget: not considered
     assert planner.sample_choices("gcnii", 0.5) == ([1.0, 0.1], [])
     keep, out = planner.sample_choices("gcnii", 0.3)
@@ -154,11 +154,15 @@ def test_the_planner_offers_sampling_only_under_a_budget_that_admits_its_measure
     assert "not gat" in planner.sample_choices("gat", 5.0)[1][0]
     assert "--exact" in planner.sample_choices("sage", 5.0, exact=True)[1][0]
     # a model not measured takes the worst measured figure, and says so
-    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (0.4, "a"), "sage": (2.0, "b")})
-    assert wire_accuracy.sample_figure(0.1, "sage") == (2.0, "b")
-    loss, src = wire_accuracy.sample_figure(0.1, "gcn")
-    assert loss == 2.0 and src.startswith("not measured for gcn: the worst measured, sage's")
-    assert planner.sample_choices("gcn", 1.0)[1] == [
+    # a model not measured, or deeper than measured, takes the worst measured figure, and says so
+    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (2.0, 32, "a"), "sage": (0.0, 4, "b")})
+    assert wire_accuracy.sample_figure(0.1, "sage", 4) == (0.0, "b")
+    loss, src = wire_accuracy.sample_figure(0.1, "gcn", 2)
+    assert loss == 2.0 and src.startswith("not measured for gcn: the worst measured, gcnii's")
+    loss, src = wire_accuracy.sample_figure(0.1, "sage", 16)
+    assert loss == 2.0 and src.startswith("not measured for sage with 16 layers (measured up to 4)")
+    assert planner.sample_choices("sage", 1.0, layers=4) == ([1.0, 0.1], [])
+    assert planner.sample_choices("sage", 1.0, layers=32)[1] == [
         "boundary sample 0.1: expected loss 2.00 points (the worst measured) > accuracy budget 1"]
     assert wire_accuracy.sample_figure(1.0, "gcn")[0] == 0.0
 
@@ -167,7 +171,7 @@ def test_a_sampled_plan_carries_its_loss_and_its_flag(monkeypatch):
     from gnnpipe.cost import ModelSpec, load_profile, rank_configs, train_command, with_link
     from gnnpipe.cost import planner, wire_accuracy
 
-    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (0.4, "a test's figure")})
+    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (0.4, 32, "a test's figure")})
     slow = with_link(load_profile("cpu-this-machine"), 50_000_000)
     spec = ModelSpec("gcnii", 8, 64)
     preds = rank_configs(_plan_stats(), spec, 4, slow, estimate=False, samples=[1.0, 0.1], chunk_factors=(4,))
@@ -188,7 +192,7 @@ def test_gnnpipe_plan_ranks_sampling_under_a_budget_and_says_where_its_loss_come
     from gnnpipe.cli.plan import main as plan_main
     from gnnpipe.cost import wire_accuracy
 
-    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (0.4, "a test's figure")})
+    monkeypatch.setitem(wire_accuracy.BOUNDARY_SAMPLE_LOSS, 0.1, {"gcnii": (0.4, 32, "a test's figure")})
     args = ["--stats", "20000,400000,128", "--world", "4", "--model", "gcnii", "--layers", "8", "--hidden", "64",
             "--chunk-factors", "4", "--estimate-nodes", "1000", "--link-rate", "50mbit"]
     assert plan_main([*args, "--json"]) == 0  # no budget: no sampling

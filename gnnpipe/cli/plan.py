@@ -242,7 +242,7 @@ def wire_lines(wires: Sequence[str], left_out: Sequence[str], requested: str, bu
     return lines
 
 
-def _wire_cost(best, preds, accuracy: WireAccuracy = WireAccuracy(), model: str = "") -> str:
+def _wire_cost(best, preds, accuracy: WireAccuracy = WireAccuracy(), model: str = "", layers: int = 1) -> str:
     """What the recommendation's wire format (and boundary sampling) saves and costs against
     float32 with every boundary row, in the same layout."""
     sampled = best.boundary_sample < 1.0
@@ -257,7 +257,7 @@ def _wire_cost(best, preds, accuracy: WireAccuracy = WireAccuracy(), model: str 
     kind = "a prior" if accuracy.kind_of(best.wire) == "prior" else "measured"
     whence = ([f"{best.wire} {kind}" if sampled else kind] if best.wire != "float32" else [])
     if sampled:
-        whence.append(f"sampling: {sample_figure(best.boundary_sample, model)[1]}")
+        whence.append(f"sampling: {sample_figure(best.boundary_sample, model, layers)[1]}")
     return (f" {what}: {_mb(best.bytes['total'])} MB and {best.epoch_s * 1e3:.1f} ms per epoch{vs}; "
             f"expected accuracy loss {best.accuracy_cost:.2f} points ({'; '.join(whence)})")
 
@@ -267,13 +267,13 @@ def _wire_label(p) -> str:
     return p.wire + (f"+bns{p.boundary_sample:g}" if p.boundary_sample < 1.0 else "")
 
 
-def sample_lines(samples: Sequence[float], left_out: Sequence[str], model: str) -> list[str]:
+def sample_lines(samples: Sequence[float], left_out: Sequence[str], model: str, layers: int) -> list[str]:
     """The header line that says whether graph mode's boundary sampling was ranked, and
     where its expected loss comes from."""
     ranked = [s for s in samples if s < 1.0]
     if not ranked and not left_out:
         return []
-    said = "; ".join("{:g}: expected loss {:.2f} points, {}".format(s, *sample_figure(s, model))
+    said = "; ".join("{:g}: expected loss {:.2f} points, {}".format(s, *sample_figure(s, model, layers))
                      for s in ranked)
     return [f"sampling graph mode's --boundary-sample {said or 'not ranked'}"
             + (f"; left out: {'; '.join(left_out)}" if left_out else "")]
@@ -308,7 +308,7 @@ def format_table(preds, stats, spec, profile, dataset: str, top: int = 0, synth:
         lines += [""] + [f"note: {n}" for n in notes]
     lines.append("")
     if fitting:
-        lines.append("recommended:" + _wire_cost(fitting[0], preds, accuracy, spec.model))
+        lines.append("recommended:" + _wire_cost(fitting[0], preds, accuracy, spec.model, spec.layers))
         lines.append("  " + train_command(fitting[0], dataset, spec, device=profile.device, synth=synth, exact=exact))
     else:
         lines.append("no configuration fits the profile's memory; use more devices or a smaller model")
@@ -392,7 +392,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     accuracy = (wire_accuracy_from_results(args.wire_accuracy, args.model) if args.wire_accuracy is not None
                 else prior_for(args.model))
     wires, wires_out = wire_choices(args.wire, args.accuracy_budget, args.exact, accuracy)
-    samples, samples_out = sample_choices(spec.model, args.accuracy_budget, args.exact)
+    samples, samples_out = sample_choices(spec.model, args.accuracy_budget, args.exact, spec.layers)
     try:
         profile = load_profile(args.profile)
     except UnicodeDecodeError:  # a binary file given as --profile
@@ -439,9 +439,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
                      "expected_accuracy_measured": sorted(accuracy.measured)},
             # graph mode's boundary sampling: the fractions ranked (1.0: every row), and why others were not
             "boundary_sample": {"ranked": samples, "left_out": samples_out,
-                                "expected_accuracy_loss": {f"{s:g}": sample_figure(s, spec.model)[0]
+                                "expected_accuracy_loss": {f"{s:g}": sample_figure(s, spec.model, spec.layers)[0]
                                                            for s in samples if s < 1},
-                                "source": {f"{s:g}": sample_figure(s, spec.model)[1] for s in samples if s < 1}},
+                                "source": {f"{s:g}": sample_figure(s, spec.model, spec.layers)[1]
+                                           for s in samples if s < 1}},
             # each prediction: "wire", "bytes" (halo, way, pipe, allreduce, total: the volume
             # formulas in that format), "codec_s" and "accuracy_cost" (points, expected_accuracy_kind)
             "predictions": [p.to_dict() for p in (preds[: args.top] if args.top else preds)],
@@ -454,7 +455,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     else:
         print(format_table(preds, stats, spec, profile, dataset, args.top, synth=synth,
                            wire_info=wire_lines(wires, wires_out, args.wire, args.accuracy_budget, args.exact, accuracy)
-                           + sample_lines(samples, samples_out, spec.model),
+                           + sample_lines(samples, samples_out, spec.model, spec.layers),
                            accuracy=accuracy,
                            exact=args.exact))
     return 0

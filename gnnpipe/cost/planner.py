@@ -24,7 +24,7 @@ from gnnpipe.cost.inputs import GraphStats, ModelSpec
 from gnnpipe.cost.predict import Prediction, predict
 from gnnpipe.cost.profile import HardwareProfile
 from gnnpipe.cost.units import num_units
-from gnnpipe.cost.wire_accuracy import BOUNDARY_SAMPLE_LOSS, PRIOR, WireAccuracy, sample_loss
+from gnnpipe.cost.wire_accuracy import BOUNDARY_SAMPLE_LOSS, PRIOR, WireAccuracy, sample_figure, sample_loss
 from gnnpipe.dims import ParallelDims
 
 #: Default chunk counts are these multiples of the number of stages (the paper used 4·S).
@@ -86,7 +86,8 @@ def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
     return [wire], []
 
 
-def sample_choices(model: str, accuracy_budget: float | None, exact: bool = False) -> tuple[list[float], list[str]]:
+def sample_choices(model: str, accuracy_budget: float | None, exact: bool = False,
+                   layers: int = 1) -> tuple[list[float], list[str]]:
     """The boundary-sampling fractions to rank in graph mode (``--boundary-sample``): 1.0, and
     the measured ones (:data:`gnnpipe.cost.wire_accuracy.BOUNDARY_SAMPLE_LOSS`) only under an
     explicit ``--accuracy-budget`` that admits their expected loss, for a model the sampling
@@ -100,7 +101,7 @@ def sample_choices(model: str, accuracy_budget: float | None, exact: bool = Fals
     if accuracy_budget is None:
         return keep, out
     for frac in sorted(BOUNDARY_SAMPLE_LOSS):
-        loss = sample_loss(frac, model)
+        loss, source = sample_figure(frac, model, layers)
         why = None
         if exact:
             why = "--exact keeps every boundary row"
@@ -109,7 +110,7 @@ def sample_choices(model: str, accuracy_budget: float | None, exact: bool = Fals
         elif not math.isfinite(loss):
             why = "its accuracy loss is not measured"
         elif loss > accuracy_budget:
-            why = (f"expected loss {loss:.2f} points ({'measured' if model in BOUNDARY_SAMPLE_LOSS[frac] else 'the worst measured'})"
+            why = (f"expected loss {loss:.2f} points ({'the worst measured' if source.startswith('not') else 'measured'})"
                    f" > accuracy budget {accuracy_budget:g}")
         if why:
             out.append(f"boundary sample {frac:g}: {why}")
@@ -204,7 +205,7 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                                           source=have.source + " (chunk facts estimated)"))
             stats = stats.with_parts(merged)
     preds = [replace(predict(stats, replace(spec, wire=w, boundary_sample=p), t, profile),
-                     accuracy_cost=accuracy.loss[w] + sample_loss(p, spec.model))
+                     accuracy_cost=accuracy.loss[w] + sample_loss(p, spec.model, spec.layers))
              for t in topos for w in wires for p in (samples if t.mode == "graph" else (1.0,))]
     preds.sort(key=rank_key)
     return preds

@@ -94,27 +94,31 @@ SHIPPED_MEASURED: dict[str, dict[str, float]] = {"resgcn+": {"int8": 3.27, "int4
 
 
 #: Boundary sampling (``--boundary-sample``, graph mode): fraction -> model -> (expected
-#: test-accuracy loss in points against every row, where the figure comes from). Only
-#: measured fractions are offered by the planner, and only under an explicit
-#: ``--accuracy-budget``; a model not measured takes the worst measured figure
-#: (:func:`sample_figure`). Measured with ``gnnpipe-bench accuracy --only squirrel-gcnii32-bns10
+#: test-accuracy loss in points against every row, the layers of the measured model, where
+#: the figure comes from). Only measured fractions are offered by the planner, and only
+#: under an explicit ``--accuracy-budget``; a model not measured, or deeper than measured,
+#: takes the worst measured figure (:func:`sample_figure`): the loss grows with depth. Measured with ``gnnpipe-bench accuracy --only squirrel-gcnii32-bns10
 #: squirrel-gcnii32-graph squirrel-sage4-bns10 squirrel-sage4-graph --seeds 0 1 2``
 #: (2026-12-06, docs/benchmarks.md "boundary sampling"). GCNII-32: 26.06 ± 4.93 % test
 #: against 39.74 ± 0.47 %, paired by seed -9.42 / -13.25 / -18.34 points; the training loss
 #: spiked (to 1.8e5 on one seed): the n/k = 10 factor of the sampled rows compounds over
-#: 32 layers. BNS-GCN published its small losses for 3-4-layer GraphSAGE.
-BOUNDARY_SAMPLE_LOSS: dict[float, dict[str, tuple[float, str]]] = {
+#: 32 layers. SAGE-4 (d = 256): 51.33 ± 0.89 % against 50.78 ± 0.75 %, paired +0.86 / -0.19
+#: / +0.96: no loss, as BNS-GCN published for 3-4-layer GraphSAGE.
+BOUNDARY_SAMPLE_LOSS: dict[float, dict[str, tuple[float, int, str]]] = {
     0.1: {
-        "gcnii": (13.67, "measured on Squirrel GCNII-32, 4 parts, 3 seeds, 150 epochs: 26.06 % test against "
-                         "39.74 % (docs/benchmarks.md, 'boundary sampling')"),
+        "gcnii": (13.67, 32, "measured on Squirrel GCNII-32, 4 parts, 3 seeds, 150 epochs: 26.06 % test against "
+                             "39.74 % (docs/benchmarks.md, 'boundary sampling')"),
+        "sage": (0.0, 4, "measured on Squirrel SAGE-4 (d = 256), 4 parts, 3 seeds, 150 epochs: 51.33 % test "
+                         "against 50.78 % (docs/benchmarks.md, 'boundary sampling')"),
     },
 }
 
 
-def sample_figure(fraction: float, model: str) -> tuple[float, str]:
+def sample_figure(fraction: float, model: str, layers: int = 1) -> tuple[float, str]:
     """``(expected loss in points, where it comes from)`` of boundary sampling at
-    ``fraction`` for ``model``: 0 at 1.0 (every row); the model's measured figure; for a
-    model not measured, the worst figure measured at that fraction, saying so.
+    ``fraction`` for ``model`` of ``layers`` layers: 0 at 1.0 (every row); the model's
+    measured figure when it was measured at that depth or deeper; otherwise the worst
+    figure measured at that fraction, saying so.
 
     Raises:
         GnnpipeError: ``fraction`` was never measured.
@@ -125,15 +129,16 @@ def sample_figure(fraction: float, model: str) -> tuple[float, str]:
     if not figs:
         raise GnnpipeError(f"boundary sample {fraction:g}: no measured accuracy loss (measured: "
                            f"{', '.join(f'{f:g}' for f in BOUNDARY_SAMPLE_LOSS)})")
-    if model in figs:
-        return figs[model]
+    if model in figs and layers <= figs[model][1]:
+        return figs[model][0], figs[model][2]
     worst = max(figs, key=lambda m: figs[m][0])
-    return figs[worst][0], f"not measured for {model}: the worst measured, {worst}'s ({figs[worst][1]})"
+    what = (f"{model} with {layers} layers (measured up to {figs[model][1]})" if model in figs else model)
+    return figs[worst][0], f"not measured for {what}: the worst measured, {worst}'s ({figs[worst][2]})"
 
 
-def sample_loss(fraction: float, model: str) -> float:
+def sample_loss(fraction: float, model: str, layers: int = 1) -> float:
     """The expected loss of :func:`sample_figure`."""
-    return sample_figure(fraction, model)[0]
+    return sample_figure(fraction, model, layers)[0]
 
 
 def prior_for(model: str | None) -> WireAccuracy:
