@@ -148,12 +148,17 @@ def test_stale_pipeline_with_the_convergence_switches_equals_reference():
 def test_stale_hybrid_with_the_convergence_switches_equals_reference():
     runs = [dict(model=m, layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=3,
                  **SWITCHES) for m in ("gcn", "gcnii")]
+    _hybrid_2x2_equals_reference(runs, str(SWITCHES))
+
+
+def _hybrid_2x2_equals_reference(runs: list, label: str) -> None:
+    """Each run on a 2 x 2 hybrid (4 ranks): both ways' stages equal the oracle with ways."""
     res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
     for i, run in enumerate(runs):
         ranks = [r[i] for r in res]
         ref = stale_reference(**{k: v for k, v in run.items() if k not in ("mode", "stages")})
-        _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {SWITCHES}")
-        _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 {SWITCHES} (way 1)")
+        _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 {label}")
+        _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 {label} (way 1)")
 
 
 def test_stale_pipeline_with_exact_epochs_equals_reference():
@@ -173,12 +178,7 @@ def test_stale_hybrid_with_exact_epochs_equals_reference():
     2 epochs refreshed and gcn and gcnii (whose carry h0 crosses the stages)."""
     runs = [dict(model=m, layers=4, epochs=10, mode="hybrid", ways=2, stages=2, chunks=3, snapshot_period=4,
                  exact_every=3, refresh_epochs=2) for m in ("gcn", "gcnii")]
-    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
-    for i, run in enumerate(runs):
-        ranks = [r[i] for r in res]
-        ref = stale_reference(**{k: v for k, v in run.items() if k not in ("mode", "stages")})
-        _compare(ranks[:2], ref, f"stale hybrid {run['model']} 2x2 exact_every=3")
-        _compare(ranks[2:], ref, f"stale hybrid {run['model']} 2x2 exact_every=3 (way 1)")
+    _hybrid_2x2_equals_reference(runs, "exact_every=3")
 
 
 def test_exact_epochs_are_the_one_process_epochs_and_feed_the_stale_ones():
