@@ -453,6 +453,9 @@ class ArgumentParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):  # type: ignore[override]
+        # argparse echoes the user's arguments as given: a newline in one would break the
+        # one-line error, so line breaks are shown escaped (as Python writes them)
+        message = message.replace("\r", "\\r").replace("\n", "\\n")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

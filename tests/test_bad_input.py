@@ -307,6 +307,8 @@ BENCH_CASES = [
       "--out", "{NEW}"], "exact_every"),
     (["tta", "--config", "tiny", "--local", "--quick", "--train-flags", "--wire int8 --exact", "--out", "{NEW}"], "--exact"),
     (["tta", "--bogus"], "unrecognized"),
+    # arguments with line breaks (a fuzzer find): argparse echoes them, escaped, on one line
+    (["tta", "\n", "0\n", "0\n"], "unrecognized arguments: \\n 0\\n"),
     # cluster: the job's gnnpipe-train flags and every sweep cell's are parsed before a namespace is made
     (["cluster", "--hosts", "0", "--", "--dataset", "sbm"], "hosts"), (["cluster", "--hosts", "300", "--", "--dataset", "sbm"], "hosts"),
     (["cluster", "--ranks-per-host", "0", "--", "--dataset", "sbm"], "ranks_per_host"),
