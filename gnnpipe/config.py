@@ -144,11 +144,6 @@ class TrainConfig:
     overwrite: bool = _f(False, "start afresh in an --out that holds an earlier run: deletes its config.json, "
                          "metrics.jsonl, summary.json and checkpoints/ (nothing else); without it such an --out is refused")
 
-    def _check_boundary_sample(self) -> None:
-        why = _boundary_sample_problem(self)
-        if why:
-            raise GnnpipeError(f"--boundary-sample {self.boundary_sample:g} {why} (drop --boundary-sample)")
-
     def __post_init__(self) -> None:
         check_field_types(self)
         # The built-in synthetic graphs match in any case, like the catalogue's names
@@ -184,8 +179,9 @@ class TrainConfig:
                                "(drop --exact or use --wire float32)")
         if not (isinstance(self.boundary_sample, (int, float)) and 0.0 < self.boundary_sample <= 1.0):
             bad("boundary_sample", self.boundary_sample, "a fraction in (0, 1] (1: every boundary row)")
-        if self.boundary_sample < 1.0:
-            self._check_boundary_sample()
+        why = _boundary_sample_problem(self) if self.boundary_sample < 1.0 else None
+        if why:
+            raise GnnpipeError(f"--boundary-sample {self.boundary_sample:g} {why} (drop --boundary-sample)")
         if self.exact_every and self.mode == "graph":
             raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
