@@ -1,7 +1,7 @@
 """The pipeline's epoch input transform (``PipelineStage``, ``ConvUnit.transform_input``).
 
-A first unit that transforms its input row by row before aggregating (GCN wider in than
-out, GAT) used to transform every chunk's source rows: Σ_k |src(k)| rows per epoch, each
+A first unit that transforms its input row by row before aggregating (GCN and SAGE wider
+in than out, GAT) used to transform every chunk's source rows: Σ_k |src(k)| rows per epoch, each
 node's row once per chunk that reads it. The stage now transforms every row once per epoch
 (when the first chunk that reads it runs), adds the chunks' gradients into one buffer, and
 back-propagates each piece of rows when its last reader's backward is done. These tests check that this changes nothing
@@ -41,7 +41,7 @@ def _count_transforms(monkeypatch) -> list:
     return calls
 
 
-@pytest.mark.parametrize("model", ["gcn", "gat"])
+@pytest.mark.parametrize("model", ["gcn", "gat", "sage"])
 def test_epoch_transform_equals_per_chunk_transform(model, monkeypatch):
     calls = _count_transforms(monkeypatch)
     losses, weights = _fit(model=model, chunks=5)
@@ -64,5 +64,5 @@ def test_epoch_transform_not_taken_with_one_chunk_or_aggregate_first(monkeypatch
     calls = _count_transforms(monkeypatch)
     _fit(model="gcn", chunks=1, epochs=2)  # one chunk: nothing to share between chunks
     _fit(model="gcn", chunks=5, epochs=2, synth_features=8)  # 8 <= 16: GCN aggregates first
-    _fit(model="sage", chunks=5, epochs=2)  # SAGE's root term reads dst rows: no split offered
+    _fit(model="sage", chunks=5, epochs=2, synth_features=8)  # 8 <= 16: SAGE aggregates first
     assert calls == []

@@ -71,6 +71,11 @@ class GCNConv(nn.Module):
         """``h_src W`` (dense rows)."""
         return nn.functional.linear(h_src, self.conv.lin.weight)
 
+    @property
+    def transformed_dim(self) -> int:
+        """The width of :meth:`transform`'s rows."""
+        return self.conv.lin.weight.shape[0]
+
     def propagate(self, block: Block, z: Tensor) -> Tensor:
         """Â z + b: the rest of a transform-first layer on the transformed src rows ``z``."""
         a, at = block.gcn_adj()
@@ -107,6 +112,31 @@ class SAGEConv(nn.Module):
         r = ops.linear(h_src, wr, None, block.sparse_transpose_for)
         return out + r[block.dst_in_src] + bias
 
+    # The transform-first split (see GCNConv): when the layer transforms first, every src
+    # row's neighbour transform and every dst row's root transform are row-wise, so both
+    # are done once per row, side by side ``[h W_l | h W_r]``; the sums below are
+    # :meth:`forward`'s, in its order.
+    def transforms_first(self, h_src: Tensor) -> bool:
+        """Whether :meth:`forward` transforms ``h_src`` row by row before aggregating."""
+        w = self.conv.lin_l.weight
+        return not aggregate_first(h_src, w.shape[1], w.shape[0])
+
+    def transform(self, h_src: Tensor) -> Tensor:
+        """``[h_src W_l | h_src W_r]`` (dense rows; two GEMMs, as :meth:`forward` runs them)."""
+        return torch.cat([nn.functional.linear(h_src, self.conv.lin_l.weight),
+                          nn.functional.linear(h_src, self.conv.lin_r.weight)], dim=1)
+
+    @property
+    def transformed_dim(self) -> int:
+        """The width of :meth:`transform`'s rows: both transforms."""
+        return 2 * self.conv.lin_l.weight.shape[0]
+
+    def propagate(self, block: Block, z: Tensor) -> Tensor:
+        """mean_u z_l + z_r + b: the rest of the layer on the transformed src rows ``z``."""
+        o = self.conv.lin_l.weight.shape[0]
+        a, at = block.mean_adj()
+        return ops.csr_mm(a, at, z[:, :o]) + z[block.dst_in_src, o:] + self.conv.lin_l.bias
+
     def export(self) -> dict:
         return {"w_neigh": self.conv.lin_l.weight, "w_self": self.conv.lin_r.weight,
                 "bias": self.conv.lin_l.bias}
@@ -137,6 +167,11 @@ class GATConv(nn.Module):
     def transform(self, h_src: Tensor) -> Tensor:
         """``h_src W`` (dense rows), all heads side by side."""
         return nn.functional.linear(h_src, self.conv.lin.weight)
+
+    @property
+    def transformed_dim(self) -> int:
+        """The width of :meth:`transform`'s rows (every head)."""
+        return self.conv.lin.weight.shape[0]
 
     def propagate(self, block: Block, z: Tensor) -> Tensor:
         """Attention and the weighted sum over the transformed src rows ``z``."""

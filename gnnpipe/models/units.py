@@ -141,6 +141,11 @@ class ConvUnit(Unit):
         f = getattr(self.conv, "transforms_first", None)
         return f is not None and h.layout == torch.strided and bool(f(h))
 
+    @property
+    def transformed_dim(self) -> int:
+        """The width of :meth:`transform_input`'s rows."""
+        return self.conv.transformed_dim
+
     def transform_input(self, h: Tensor, gid: Tensor, ctx: RunCtx) -> Tensor:
         """``drop(h) W`` for rows ``h`` whose global ids are ``gid`` (the dropout masks
         are the per-node ones every block would draw)."""

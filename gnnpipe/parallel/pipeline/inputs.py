@@ -34,7 +34,7 @@ class StageFeatures:
     hold Σ_k |src(k)| ≈ 3-5·N rows). Sparse features keep per-chunk copies.
 
     The epoch's input transform. A first unit that transforms its input row by row before
-    aggregating (GCN/GAT wider in than out: ``ConvUnit.can_transform_input``) would compute
+    aggregating (GCN/SAGE wider in than out, GAT: ``ConvUnit.can_transform_input``) would compute
     drop(x) W for every chunk's source rows: Σ_k |src(k)| rows, 4.9·N on Squirrel with 16
     chunks, each row the same in every chunk (W changes once per epoch, the dropout masks are
     per node). So each row is transformed once per epoch, when the first chunk that reads it
@@ -97,8 +97,8 @@ class StageFeatures:
             if bool((gid >= 0).all()):  # every row is some chunk's (else: the unit's path)
                 self.gid = gid
                 rows_x = self.x.shape[0]
-                self._zd = torch.zeros(rows_x, unit.out_dim, device=dev)
-                self._gz = torch.zeros(rows_x, unit.out_dim, device=dev)
+                self._zd = torch.zeros(rows_x, unit.transformed_dim, device=dev)
+                self._gz = torch.zeros(rows_x, unit.transformed_dim, device=dev)
                 self._zdone = np.zeros(rows_x, dtype=bool)
                 self._x_src_host = host_src  # (read back from the device never)
 
