@@ -120,6 +120,10 @@ class TrainConfig:
     boundary_sample: float = _m(1.0, "graph mode: each epoch only a seeded random fraction P of each part's boundary "
                                 "rows travels (scaled by 1/P; their gradients return), as BNS-GCN samples boundary "
                                 "nodes; gcn, sage and gcnii only; 1: every row (exact)")
+    shared_input: bool = _f(False, "pipeline/hybrid: every stage of a way transforms a share of the first layer's "
+                            "input rows (its dense transform of wide raw features) and sends them to stage 0, "
+                            "instead of stage 0 doing it all (gcn/sage wider in than --hidden, gat); stale "
+                            "training's numbers up to rounding; pays on fast links (docs/benchmarks.md)")
     comm: str = _f("auto", "communicator: torch (Gloo/NCCL), mpi (mpi4py), auto (mpi under mpirun)", choices=("auto", "torch", "mpi"))
     device: str = _f("cpu", "cpu or cuda (each rank on GPU (local rank // ranks per GPU))", choices=("cpu", "cuda"))
     comm_backend: str = _f("auto", "--device cuda with --comm torch: nccl (one rank per GPU), gloo (messages staged "
@@ -182,6 +186,12 @@ class TrainConfig:
         why = _boundary_sample_problem(self) if self.boundary_sample < 1.0 else None
         if why:
             raise GnnpipeError(f"--boundary-sample {self.boundary_sample:g} {why} (drop --boundary-sample)")
+        if self.shared_input and (self.mode == "graph" or self.exact):
+            raise GnnpipeError("--shared-input shares a pipeline's first layer between its stages: "
+                               + ("graph parallelism already splits it over the parts, not --mode graph"
+                                  if self.mode == "graph" else
+                                  "it sums the weight gradient in per-stage shares, which --exact forbids")
+                               + " (drop --shared-input)")
         if self.exact_every and self.mode == "graph":
             raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "

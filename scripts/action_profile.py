@@ -8,7 +8,8 @@ the epochs after the first of each kind of work (seconds), then the epoch's comp
 communication-wait medians. Kinds: ``forward``/``backward`` (units' compute, the history
 gather included), ``gather`` (neighbour rows into each chunk's source rows), ``encode``/
 ``decode`` (wire format, packing), ``wait_recv`` (waiting for the neighbour stage),
-``wait_send``, ``optimizer`` (cross-way all-reduce and step), ``other``. A graph-parallel
+``wait_send``, ``optimizer`` (cross-way all-reduce and step), ``input`` (``--shared-input``:
+the stage's share of the first layer), ``other``. A graph-parallel
 run has no per-kind figures; its compute and wait columns are shown alone.
 """
 
@@ -20,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-KINDS = ("forward", "backward", "gather", "encode", "decode", "wait_recv", "wait_send", "optimizer", "other")
+KINDS = ("forward", "backward", "gather", "encode", "decode", "wait_recv", "wait_send", "optimizer", "input", "other")
 
 
 def table(run: Path) -> str:

@@ -76,7 +76,8 @@ log = logging.getLogger(__name__)
 #: weight-gradient all-reduce, control messages (agreement, accuracy counts) and evaluation
 #: traffic. A record written before the way link had its own (``halo_*`` only) lacks
 #: ``way_*``: readers take a missing category as 0.
-CATEGORIES = ("halo_fwd", "halo_bwd", "way_fwd", "way_bwd", "pipe_act", "pipe_grad", "allreduce", "control", "eval")
+CATEGORIES = ("halo_fwd", "halo_bwd", "way_fwd", "way_bwd", "pipe_act", "pipe_grad", "input_fwd", "input_bwd",
+              "allreduce", "control", "eval")
 #: User tags must lie in ``[0, MAX_TAG]``; the largest tag every backend here accepts
 #: (MPICH's ``MPI_TAG_UB`` is 2**29 - 1) with room above it for internal traffic.
 MAX_TAG = 2**28 - 1

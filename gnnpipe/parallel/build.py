@@ -31,6 +31,7 @@ from gnnpipe.parallel.graph import GraphParallelExecutor, part_exchanger
 from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
 from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
+from gnnpipe.parallel.pipeline.shared_input import SharedInput, share_bounds
 from gnnpipe.parallel.pipeline.sources import LocalHistory
 from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits
 from gnnpipe.parallel.pipeline.waylink import build_way_link
@@ -69,7 +70,7 @@ def check_layout(dims: ParallelDims, mcfg: ModelConfig) -> None:
 def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opts: StaleOptions, *,
                    seed: int, optimizer: OptimizerFactory, history_dtype: str = "float32",
                    device: str = "cpu", wire: Wire = FLOAT32, model: GNN | None = None,
-                   boundary_sample: float = 1.0) -> Executor:
+                   boundary_sample: float = 1.0, shared_input: bool = False) -> Executor:
     """This rank's executor.
 
     Args:
@@ -95,6 +96,8 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
             the caller's job); ``mcfg`` must describe it.
         boundary_sample: graph mode: the fraction of each part's boundary rows a training
             exchange sends per epoch (:mod:`gnnpipe.partition.sampling`); 1.0 sends all.
+        shared_input: pipeline and hybrid: every stage of a way transforms a share of the
+            first layer's input rows (:mod:`gnnpipe.parallel.pipeline.shared_input`).
 
     Raises:
         GnnpipeError: the layout does not fit the world, the plan or the model.
@@ -110,7 +113,7 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
                             boundary_sample)
     return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire,
-                           model, device)
+                           model, device, shared_input)
 
 
 def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
@@ -129,7 +132,7 @@ def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wi
 
 
 def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,
-                    wire, model, device) -> PipelineExecutor:
+                    wire, model, device, shared_input) -> PipelineExecutor:
     """Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's
     parts) of ``S`` stages, ``rank = way·S + stage``."""
     D, S, C = dims.ways, dims.stages, dims.chunks
@@ -139,6 +142,8 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     units = list(model.units)
     if len(units) != mcfg.num_units:
         raise GnnpipeError(f"internal: {mcfg.model} built {len(units)} units, expected {mcfg.num_units}")
+    if shared_input:
+        check_shared_input(units[0], graph, dims, opts)
     # Only the first stage reads features, and gathers them itself below: relabelling gets a
     # zero-width placeholder instead of building an [N, F] copy on every rank (the loaded,
     # memory-mapped features stay unread elsewhere).
@@ -188,8 +193,11 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         u.to(device)  # (before the optimizer is built over the parameters)
     params = [p for u in units[a:b] for p in u.parameters()]
     opt = optimizer(params) if params else _NoOpt()
+    shared = None
+    if shared_input:
+        shared = _shared_input(pipe, features, plan, host_chunks, units[0], D == 1, feats, seed, device)
     ex = PipelineExecutor(pipe, stage, opt, dims, mcfg.hidden, cross=cross, world=comm, wire=wire,
-                          exact_stage=exact_stage)
+                          exact_stage=exact_stage, shared_input=shared)
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), block.carry_in, block.carry_out)
     return ex
@@ -210,6 +218,61 @@ def _exact_epoch_stage(rg, plan, deg, way: int, block: StageUnits, stage: Pipeli
                          targets=targets, source=source, history=stage.history)
 
 
+def check_shared_input(unit, graph, dims: ParallelDims, opts: StaleOptions) -> None:
+    """Refuse ``shared_input`` where it cannot run (every rank decides alike, before any
+    message: a refusal on one rank only would leave the others waiting).
+
+    Raises:
+        GnnpipeError: exact mode, one stage or one chunk, sparse features, or a first
+            layer that does not transform its input row by row before it aggregates.
+    """
+    why = None
+    if opts.exact:
+        why = "sums the first layer's weight gradient in per-stage shares, which --exact forbids (it equals one process)"
+    elif dims.stages < 2 or dims.chunks < 2:
+        why = f"shares the first layer between stages over chunks; {dims.label()} has one stage or one chunk per way"
+    elif graph.sparse_features:
+        why = "transforms dense feature rows; this dataset's features are sparse"
+    else:
+        probe = torch.zeros(1, graph.num_features)
+        ok = unit.aggregates and callable(getattr(unit, "can_transform_input", None)) and unit.can_transform_input(probe)
+        if not ok:
+            why = (f"shares a first layer that transforms its input row by row before it aggregates (gcn or sage "
+                   f"with more features than --hidden, gat); this model's first unit ({type(unit).__name__}, "
+                   f"{graph.num_features} features in, {unit.out_dim} out) does not")
+    if why:
+        raise GnnpipeError(f"--shared-input {why} (drop --shared-input)")
+
+
+def _shared_input(pipe, features, plan, host_chunks: list, unit, whole: bool, feats: StageFeatures | None, seed: int,
+                  device) -> SharedInput:
+    """This stage's part of the shared input layer: its share of the way's feature rows
+    (the rows a first stage reads, :func:`first_stage_features`)."""
+    rows = way_feature_rows(plan, host_chunks, whole)
+    ids = np.arange(int(plan.perm.shape[0]), dtype=np.int64) if rows is None else rows
+    bounds = share_bounds(len(ids), pipe.world_size)
+    a, b = int(bounds[pipe.rank]), int(bounds[pipe.rank + 1])
+    if feats is not None:  # stage 0: its share is a view of the rows it holds
+        if not feats.transforms:
+            raise GnnpipeError("internal: a first stage without the epoch input transform shares it")
+        x, gid = feats.x[a:b], feats.gid[a:b]
+    else:
+        orig = np.asarray(plan.perm, dtype=np.int64)[ids[a:b]]
+        x = torch.from_numpy(np.asarray(features[orig], dtype=np.float32)).to(device)
+        gid = torch.from_numpy(orig).to(device)
+    unit.to(device)
+    return SharedInput(pipe, unit, x, gid, bounds, seed, features=feats)
+
+
+def way_feature_rows(plan, chunks: list, whole: bool) -> np.ndarray | None:
+    """The sorted relabelled ids of the feature rows a way's first stage reads: its part's
+    rows and its chunks' neighbours' (None when ``whole``: every row)."""
+    if whole:
+        return None
+    return np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi, dtype=np.int64)]
+                                    + [ch.nbr_ids.numpy() for ch in chunks]))
+
+
 def first_stage_features(features, plan, chunks: list, whole: bool) -> tuple:
     """The feature rows a first stage reads, gathered from the dataset's (original-id) rows.
 
@@ -225,10 +288,7 @@ def first_stage_features(features, plan, chunks: list, whole: bool) -> tuple:
         their sorted relabelled ids (None when ``whole``).
     """
     perm = np.asarray(plan.perm, dtype=np.int64)
-    x_rows = None
-    if not whole:
-        x_rows = np.unique(np.concatenate([np.arange(chunks[0].lo, chunks[-1].hi, dtype=np.int64)]
-                                          + [ch.nbr_ids.numpy() for ch in chunks]))
+    x_rows = way_feature_rows(plan, chunks, whole)
     src = perm if x_rows is None else perm[x_rows]
     x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
     return x, x_rows

@@ -53,8 +53,11 @@ class EpochResult:
 #: other ways into each chunk's source rows), ``encode``/``decode`` (wire format and packing
 #: of chunk messages), ``wait_recv`` (waiting for a neighbour stage's chunk), ``wait_send``
 #: (waiting for sends to finish before the optimizer), ``optimizer`` (the cross-way gradient
-#: all-reduce and the step) and ``other`` (the rest: schedule, bookkeeping).
-ACTION_KINDS = ("forward", "backward", "gather", "encode", "decode", "wait_recv", "wait_send", "optimizer", "other")
+#: all-reduce and the step), ``input`` (``--shared-input``: the stage's share of the first
+#: layer's transform, forward and backward, with its messages) and ``other`` (the rest:
+#: schedule, bookkeeping).
+ACTION_KINDS = ("forward", "backward", "gather", "encode", "decode", "wait_recv", "wait_send", "optimizer", "input",
+                "other")
 
 
 @dataclass

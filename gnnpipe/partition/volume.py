@@ -169,6 +169,25 @@ def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False, wire: s
     return 2 * (S - 1) * N * wire_row_bytes(d * (2 if h0 else 1), s, wire)
 
 
+def shared_input_bytes(rows: int, S: int, width: int, weights: int, s: int = 4) -> int:
+    """``--shared-input`` (:mod:`gnnpipe.parallel.pipeline.shared_input`), one way of ``S``
+    stages whose first stage reads ``rows`` feature rows: stage 0 sends the first unit's
+    ``weights`` values to every other stage and each other stage sends back its share of
+    the transformed rows (``width`` wide; stage ``k`` of ``S`` transforms rows
+    ``[rows·k/S, rows·(k+1)/S)``, so the others send ``rows − ⌊rows/S⌋``); backward the same
+    again, row gradients out and weight-gradient shares back. Always float32 (``s``), whatever
+    ``--wire`` says:
+
+        ``2·s·((S − 1)·weights + (rows − ⌊rows/S⌋)·width)``
+
+    (forward and backward alike: half of it in each of ``input_fwd`` and ``input_bwd``).
+    """
+    _check_nonneg(rows=rows, S=S, width=width, weights=weights)
+    if S < 2:
+        return 0
+    return 2 * s * ((S - 1) * weights + (rows - rows // S) * width)
+
+
 def way_link_bytes(
     sum_m: int,
     F: int,

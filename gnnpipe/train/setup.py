@@ -82,7 +82,8 @@ def executor_for_config(cfg: TrainConfig, comm, graph, user: UserChain | None = 
     ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
                               history_dtype=cfg.history_dtype, device=compute_device(cfg, comm),
-                              wire=Wire(cfg.wire, cfg.seed), model=model, boundary_sample=cfg.boundary_sample)
+                              wire=Wire(cfg.wire, cfg.seed), model=model, boundary_sample=cfg.boundary_sample,
+                              shared_input=cfg.shared_input)
     return ex, plan
 
 

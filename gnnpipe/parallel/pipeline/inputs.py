@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from gnnpipe._base import GnnpipeError
 from gnnpipe.device import upload
 from gnnpipe.models import RunCtx, accuracy_counts, loss_fn
 from gnnpipe.parallel.chunks import ChunkInfo
@@ -125,6 +126,22 @@ class StageFeatures:
         if self._zdone is not None:
             self._zdone[:] = False
             self._gz.zero_()
+
+    def take_transform(self, z: torch.Tensor) -> None:
+        """This epoch's transform of every row, computed elsewhere (the shared input layer,
+        :mod:`gnnpipe.parallel.pipeline.shared_input`; after :meth:`reset`): the chunks read
+        their rows of ``z`` and no piece is transformed here, so the rows' gradients stay
+        summed in :meth:`transform_grad` for whoever computed them."""
+        if self._zd is None or tuple(z.shape) != tuple(self._zd.shape):
+            raise GnnpipeError(f"internal: a shared input transform of shape {tuple(z.shape)} for a first stage "
+                               f"that transforms {None if self._zd is None else tuple(self._zd.shape)}")
+        self._zd = z
+        self._zdone[:] = True
+
+    def transform_grad(self) -> torch.Tensor:
+        """[rows, width] the gradients every chunk's backward added to the transform's rows
+        (complete once the epoch's last chunk backward is done)."""
+        return self._gz
 
     def forward_transformed(self, k: int, u, carry: dict, ctx: RunCtx) -> tuple[torch.Tensor, dict, float]:
         """The first unit ``u`` on chunk k through the epoch's input transform: (rows,

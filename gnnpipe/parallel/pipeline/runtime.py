@@ -28,6 +28,7 @@ from gnnpipe.dims import ParallelDims
 from gnnpipe.models import RunCtx
 from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, allreduce_grads,
                                        reduce_accuracies, wait_seconds)
+from gnnpipe.parallel.pipeline.shared_input import SharedInput
 from gnnpipe.parallel.pipeline.stage import PipelineStage
 from gnnpipe.wire import FLOAT32, KIND_PIPE, Wire, message_site
 from gnnpipe.schedule import ActionKind, chunk_order, gnnpipe_schedule, lower, validate
@@ -51,13 +52,17 @@ class PipelineExecutor(Executor):
         wire: the wire format of training chunk messages (float32 by default).
         exact_stage: with ``opts.exact_every``, the stage of the exact epochs (the same units
             over one chunk spanning the whole graph, writing ``stage``'s history).
+        shared_input: ``--shared-input``: this stage's part of the first layer's transform
+            (:class:`SharedInput`), run around every stale training epoch.
     """
 
     def __init__(self, comm, stage: PipelineStage, optimizer, dims: ParallelDims, carry_dim: int,
-                 cross=None, world=None, wire: Wire = FLOAT32, exact_stage: PipelineStage | None = None) -> None:
+                 cross=None, world=None, wire: Wire = FLOAT32, exact_stage: PipelineStage | None = None,
+                 shared_input: SharedInput | None = None) -> None:
         if stage.opts.exact_every and exact_stage is None:
             raise GnnpipeError("internal: exact_every without the stage of the exact epochs")
         self.exact_stage = exact_stage
+        self.shared_input = shared_input
         self.comm = comm
         self.cross = cross
         self.world = world if world is not None else comm
@@ -140,6 +145,11 @@ class PipelineExecutor(Executor):
             p.grad = None
         run = _EpochRun(st, epoch, actions, self._width(st.in_dim, self.carry_in_keys),
                         self._width(st.out_dim, st.carry_out_keys))
+        run.shared = self.shared_input if st is self.stage else None  # (an exact epoch: stage 0's own path)
+        if run.shared is not None:
+            t0 = time.perf_counter()
+            run.shared.forward(epoch)
+            run.spent["input"] += time.perf_counter() - t0
         self._post(run, ActionKind.RECV_F)
         for a in actions:
             if not run.b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
@@ -233,6 +243,11 @@ class PipelineExecutor(Executor):
         run.bubble += t1 - t0
         run.spent["wait_send"] += t1 - t0
         run.sends.clear()
+        if run.shared is not None:  # (every chunk's backward is done: the rows' gradients are whole)
+            run.shared.backward()
+            t2 = time.perf_counter()
+            run.spent["input"] += t2 - t1
+            t1 = t2
         allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
         self.opt.step()
         run.spent["optimizer"] += time.perf_counter() - t1
@@ -326,6 +341,7 @@ class _EpochRun:
         self.outbox: dict[tuple, torch.Tensor] = {}
         self.sends: list = []
         self.b_posted = False
+        self.shared: SharedInput | None = None  # the shared input layer, in a stale epoch
         self.bubble = 0.0
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=st.device)
         self.counts = torch.zeros(2, dtype=torch.int64, device=st.device)

@@ -1,0 +1,120 @@
+"""The input layer shared by every stage of a way (``--shared-input``,
+:mod:`gnnpipe.parallel.pipeline.shared_input`).
+
+* real ranks with it train as real ranks without it (stage 0 transforming every row
+  itself): the same losses and first-step gradients up to the order of the weight
+  gradient's sums, for gcn, sage and gat, with exact epochs between stale ones, in pipeline
+  and hybrid mode; a lost weight-gradient share or a stale copy of the weights breaks it;
+* it is taken: every other stage transforms its share of the rows, and the bytes equal
+  :func:`gnnpipe.partition.volume.shared_input_bytes` exactly;
+* what it cannot serve is refused in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.rankfns import _cfg
+
+from gnnpipe import GnnpipeError
+from gnnpipe.config import TrainConfig
+from gnnpipe.data.load import load_graph_for
+from gnnpipe.dims import ParallelDims
+from gnnpipe.models import build_model
+from gnnpipe.parallel.build import check_shared_input
+from gnnpipe.parallel.executor import StaleOptions
+from gnnpipe.parallel.pipeline.shared_input import share_bounds
+from gnnpipe.partition.volume import shared_input_bytes
+from gnnpipe.spawn import run_ranks
+
+from helpers.oracle import model_config
+
+ENV = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
+# 40 features > hidden 16: the first layer transforms first (gcn, sage), as gat always does.
+WIDE = dict(synth_features=40, layers=3, epochs=3)
+
+
+def _pairs(world: int, runs: list) -> list:
+    both = [dict(r, shared_input=s) for r in runs for s in (True, False)]
+    res = run_ranks("helpers.rankfns:many", world, "torch", args={"fn": "pipeline_run", "runs": both},
+                    env=ENV, timeout_s=300)
+    return [([rank[2 * i] for rank in res], [rank[2 * i + 1] for rank in res]) for i in range(len(runs))]
+
+
+def _same_training(shared: list, plain: list, what: str) -> None:
+    np.testing.assert_allclose(shared[0]["losses"], plain[0]["losses"], rtol=1e-5, err_msg=what)
+    for a, b in zip(shared, plain):
+        assert a["grads"].keys() == b["grads"].keys()
+        for k in a["grads"]:
+            torch.testing.assert_close(a["grads"][k], b["grads"][k], rtol=1e-4, atol=1e-6,
+                                       msg=lambda m, k=k: f"{what}, {k}: {m}")
+
+
+def test_stages_sharing_the_input_layer_train_as_stage_zero_alone():
+    runs = [dict(WIDE, model=m) for m in ("gcn", "sage", "gat")]
+    runs.append(dict(WIDE, model="sage", exact_every=2, epochs=4))  # exact epochs keep stage 0's own path
+    for run, (shared, plain) in zip(runs, _pairs(3, runs)):
+        what = f"{run['model']}{' exact-every 2' if run.get('exact_every') else ''}"
+        _same_training(shared, plain, what)
+        # taken in a stale epoch 0 (every stage sent: the weights from stage 0, rows from the
+        # others); not in an exact one (epoch 0 of exact-every 2), nor without the switch
+        sent = [r["bytes"].get("input_fwd", 0) for r in shared]
+        assert all(b == 0 for b in sent) if run.get("exact_every") else all(b > 0 for b in sent), (what, sent)
+        assert all(r["bytes"].get("input_fwd", 0) == 0 for r in plain), what
+
+
+def test_a_hybrid_way_shares_its_first_layer_too():
+    run = dict(WIDE, model="sage", mode="hybrid", ways=2)
+    (shared, plain), = _pairs(4, [run])
+    _same_training(shared, plain, "hybrid 2x2 sage")
+
+
+def test_bytes_equal_the_formula():
+    """Per epoch and way: the weights out and the rows back, then the same again backward."""
+    world, L, d = 3, 3, 16
+    runs = [dict(WIDE, model=m, epochs=1, shared_input=True) for m in ("gcn", "sage")]
+    res = run_ranks("helpers.rankfns:many", world, "torch", args={"fn": "pipeline_run", "runs": runs},
+                    env=ENV, timeout_s=300)
+    g = load_graph_for(_cfg(**WIDE))
+    for i, run in enumerate(runs):
+        unit = build_model(model_config(_cfg(**run), g), seed=0).units[0]
+        width = unit.transformed_dim
+        assert width == (2 * d if run["model"] == "sage" else d)
+        want = shared_input_bytes(g.num_nodes, world, width, sum(p.numel() for p in unit.parameters()))
+        got = {k: sum(r[i]["bytes"].get(k, 0) for r in res) for k in ("input_fwd", "input_bwd")}
+        assert got == {"input_fwd": want // 2, "input_bwd": want // 2}, (run["model"], got, want)
+    assert L == 3
+
+
+def test_shares_cover_every_row_once():
+    for rows, S in ((10, 3), (2, 4), (5201, 4), (0, 2)):
+        b = share_bounds(rows, S)
+        assert b[0] == 0 and b[-1] == rows and np.all(np.diff(b) >= 0) and len(b) == S + 1
+        assert np.ptp(np.diff(b)) <= 1  # as equal as the rows allow
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(mode="graph"), "not --mode graph"),
+    (dict(mode="pipeline", exact=True), "--exact forbids"),
+])
+def test_modes_it_cannot_serve_are_refused(kw, why):
+    with pytest.raises(GnnpipeError, match=f"--shared-input .*{why}.*drop --shared-input"):
+        TrainConfig(shared_input=True, **kw)
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(model="gcnii"), "InputLinear"),                      # a row-wise input layer, not a conv
+    (dict(model="gcn", synth_features=8), "8 features in"),    # 8 <= 16: GCN aggregates first
+    (dict(model="sage", chunks=1), "one stage or one chunk"),
+])
+def test_models_and_layouts_it_cannot_serve_are_refused(kw, why):
+    cfg = _cfg(**{**WIDE, "mode": "pipeline", **kw})
+    g = load_graph_for(cfg)
+    unit = build_model(model_config(cfg, g), seed=0).units[0]
+    dims = ParallelDims.from_config(cfg, 3)
+    with pytest.raises(GnnpipeError, match=f"--shared-input .*{why}"):
+        check_shared_input(unit, g, dims, StaleOptions.resolve(False))
