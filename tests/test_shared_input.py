@@ -118,3 +118,56 @@ def test_models_and_layouts_it_cannot_serve_are_refused(kw, why):
     dims = ParallelDims.from_config(cfg, 3)
     with pytest.raises(GnnpipeError, match=f"--shared-input .*{why}"):
         check_shared_input(unit, g, dims, StaleOptions.resolve(False))
+
+
+# ------------------------------------------------------------------ the cost model and planner
+def _squirrel_like(parts: dict | None = None):
+    from gnnpipe.cost.inputs import GraphStats, PartInfo
+    return GraphStats(5201, 396706, 2089, 5, None,
+                      parts=parts or {1: PartInfo(1, 0, 5201, 396706, 0, chunk_nbrs={16: 25000})})
+
+
+def test_the_prediction_counts_the_formula_bytes_and_balances_the_stages_without_the_transform():
+    from dataclasses import replace
+
+    from gnnpipe.cost.inputs import ModelSpec
+    from gnnpipe.cost.predict import balance_profile, predict, stage_blocks
+
+    st, prof = _squirrel_like(), balance_profile()
+    spec = ModelSpec("sage", 16, 100)
+    topo = ParallelDims("pipeline", 1, 4, 16)
+    on = predict(st, replace(spec, shared_input=True), topo, prof)
+    off = predict(st, spec, topo, prof)
+    assert on.shared_input and not off.shared_input and off.bytes["input"] == 0
+    assert on.bytes["input"] == shared_input_bytes(5201, 4, 2 * 100, 2 * 2089 * 100 + 100)
+    assert on.bytes["total"] == off.bytes["total"] + on.bytes["input"]
+    # without the transform stage 0's first unit weighs less: the balancer gives it more units
+    a_on = stage_blocks(st, replace(spec, shared_input=True), 4, 1, 16)[0]
+    a_off = stage_blocks(st, spec, 4, 1, 16)[0]
+    assert a_on[1] > a_off[1], (a_on, a_off)
+    # a layout it cannot serve predicts without it, whatever the spec says
+    assert not predict(st, replace(spec, shared_input=True), ParallelDims("pipeline", 1, 4, 1), prof).shared_input
+
+
+def test_the_planner_ranks_layouts_with_and_without_it_and_its_command_says_so():
+    from gnnpipe.cost.inputs import ModelSpec
+    from gnnpipe.cost.planner import rank_configs, train_command
+
+    st = _squirrel_like()
+    preds = rank_configs(st, ModelSpec("sage", 4, 256), 4, _profile(), chunk_factors=(4,), estimate_nodes=2000)
+    shared = [p for p in preds if p.shared_input]
+    assert shared and all(p.topology.mode != "graph" and p.topology.stages > 1 for p in shared)
+    twins = {(p.topology, p.wire) for p in preds if not p.shared_input and p.topology.mode != "graph"
+             and p.topology.stages > 1}
+    assert {(p.topology, p.wire) for p in shared} <= twins
+    assert "--shared-input" in train_command(shared[0], "squirrel", ModelSpec("sage", 4, 256))
+    assert all("--shared-input" not in train_command(p, "squirrel", ModelSpec("sage", 4, 256))
+               for p in preds if not p.shared_input and p.topology.chunks > 1)
+    # gcnii's first layer is row-wise (InputLinear): never offered
+    assert not any(p.shared_input for p in rank_configs(st, ModelSpec("gcnii", 8, 64), 4, _profile(),
+                                                         chunk_factors=(4,), estimate_nodes=2000))
+
+
+def _profile():
+    from gnnpipe.cost.predict import balance_profile
+    return balance_profile()

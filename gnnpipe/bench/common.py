@@ -306,7 +306,7 @@ def read_metrics(out: Path) -> list[dict]:
 
 def measured_bytes(rec: Mapping[str, Any]) -> dict[str, int]:
     """One epoch's bytes by the cost model's categories: ``halo``, ``way``, ``pipe``,
-    ``allreduce`` (:attr:`gnnpipe.cost.Prediction.bytes`).
+    ``input`` (``--shared-input``), ``allreduce`` (:attr:`gnnpipe.cost.Prediction.bytes`).
 
     Evaluation, control and metric traffic are left out: the model predicts training. A
     category the record lacks counts 0 (records written before the hybrid's way link had
@@ -316,6 +316,7 @@ def measured_bytes(rec: Mapping[str, Any]) -> dict[str, int]:
     return {"halo": int(b.get("halo_fwd", 0) + b.get("halo_bwd", 0)),
             "way": int(b.get("way_fwd", 0) + b.get("way_bwd", 0)),
             "pipe": int(b.get("pipe_act", 0) + b.get("pipe_grad", 0)),
+            "input": int(b.get("input_fwd", 0) + b.get("input_bwd", 0)),
             "allreduce": int(b.get("allreduce", 0))}
 
 

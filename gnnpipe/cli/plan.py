@@ -263,8 +263,10 @@ def _wire_cost(best, preds, accuracy: WireAccuracy = WireAccuracy(), model: str 
 
 
 def _wire_label(p) -> str:
-    """A row's wire format, with ``+bns P`` under boundary sampling."""
-    return p.wire + (f"+bns{p.boundary_sample:g}" if p.boundary_sample < 1.0 else "")
+    """A row's wire format, with ``+bns P`` under boundary sampling and ``+shared`` with the
+    first layer shared by the stages (``--shared-input``)."""
+    return (p.wire + (f"+bns{p.boundary_sample:g}" if p.boundary_sample < 1.0 else "")
+            + ("+shared" if p.shared_input else ""))
 
 
 def sample_lines(samples: Sequence[float], left_out: Sequence[str], model: str, layers: int) -> list[str]:

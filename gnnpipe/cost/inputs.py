@@ -112,12 +112,16 @@ class ModelSpec(ModelShape):
             pay the codec (:mod:`gnnpipe.cost.predict`).
         boundary_sample: graph mode's ``--boundary-sample`` P: the fraction of the halo rows
             a training exchange sends (:mod:`gnnpipe.partition.sampling`); 1.0, every row.
+        shared_input: pipeline and hybrid's ``--shared-input``: every stage of a way
+            transforms a share of the first layer's input rows
+            (:mod:`gnnpipe.parallel.pipeline.shared_input`).
     """
 
     bytes_per_value: int = 4
     history_bytes: int = 4
     wire: str = "float32"
     boundary_sample: float = 1.0
+    shared_input: bool = False
 
     #: The cost model knows the built-in models only (a user's chain brings its own estimate).
     known_models: ClassVar[tuple[str, ...]] = MODELS
@@ -138,6 +142,8 @@ class ModelSpec(ModelShape):
             kw["wire"] = run.wire
         if getattr(run, "boundary_sample", None) is not None:
             kw["boundary_sample"] = float(run.boundary_sample)
+        if getattr(run, "shared_input", None) is not None:
+            kw["shared_input"] = bool(run.shared_input)
         return super().of(run, **{**kw, **overrides})
 
     def __post_init__(self) -> None:

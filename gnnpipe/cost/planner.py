@@ -21,7 +21,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.config import SAMPLED_MODELS, WIRE_FORMATS
 from gnnpipe.cost.graphstats import estimate_part_info
 from gnnpipe.cost.inputs import GraphStats, ModelSpec
-from gnnpipe.cost.predict import Prediction, predict
+from gnnpipe.cost.predict import Prediction, predict, shares_input
 from gnnpipe.cost.profile import HardwareProfile
 from gnnpipe.cost.units import num_units
 from gnnpipe.cost.wire_accuracy import BOUNDARY_SAMPLE_LOSS, PRIOR, WireAccuracy, sample_figure, sample_loss
@@ -204,9 +204,12 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                                           chunk_nbrs={**e.chunk_nbrs, **have.chunk_nbrs},
                                           source=have.source + " (chunk facts estimated)"))
             stats = stats.with_parts(merged)
-    preds = [replace(predict(stats, replace(spec, wire=w, boundary_sample=p), t, profile),
+    # A pipelined layout whose first layer can be shared is ranked with and without
+    # --shared-input: it only moves work and bytes, so it needs no accuracy budget.
+    preds = [replace(predict(stats, replace(spec, wire=w, boundary_sample=p, shared_input=sh), t, profile),
                      accuracy_cost=accuracy.loss[w] + sample_loss(p, spec.model, spec.layers))
-             for t in topos for w in wires for p in (samples if t.mode == "graph" else (1.0,))]
+             for t in topos for w in wires for p in (samples if t.mode == "graph" else (1.0,))
+             for sh in ((False, True) if not exact and shares_input(stats, spec, t) else (False,))]
     preds.sort(key=rank_key)
     return preds
 
@@ -233,7 +236,8 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
         exact: ``--exact`` (pipeline and hybrid; graph parallelism is exact anyway).
 
     Returns:
-        one shell line; ``--wire X`` when the prediction's wire is not float32.
+        one shell line; ``--wire X`` when the prediction's wire is not float32,
+        ``--shared-input`` when the prediction shares the first layer.
 
     Raises:
         GnnpipeError: ``exact`` with a lossy wire, or a stale layout (chunks > 1).
@@ -257,4 +261,5 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
     if exact:
         return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --exact"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
-    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}"
+    shared = " --shared-input" if pred.shared_input else ""
+    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}{shared}"

@@ -81,7 +81,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.memory import ADAM_COPIES, block_bytes, dataset_bytes, feature_bytes, saved_bytes
 from gnnpipe.cost.profile import HardwareProfile, load_profile, profiles_dir
-from gnnpipe.cost.units import codec_time, elem_time, param_count, unit_time, unit_works
+from gnnpipe.cost.units import codec_time, dropout_time, elem_time, param_count, unit_time, unit_works
 from gnnpipe.dims import ParallelDims
 from gnnpipe.partition import volume
 from gnnpipe.partition.layers import assign_layers, layer_costs
@@ -119,7 +119,8 @@ class Prediction:
         bytes: bytes per epoch by category and ``total``: ``halo`` (graph parallelism's,
             the communicator's ``halo_fwd`` + ``halo_bwd``), ``way`` (the hybrid's way link,
             ``way_fwd`` + ``way_bwd``), ``pipe`` (``pipe_act`` + ``pipe_grad``),
-            ``allreduce``; ``halo``/``way``/``pipe`` are exactly
+            ``input`` (``--shared-input``: ``input_fwd`` + ``input_bwd``), ``allreduce``;
+            ``halo``/``way``/``pipe``/``input`` are exactly
             :mod:`gnnpipe.partition.volume`'s.
         compute_s: compute of the busiest rank.
         comm_s: exposed communication.
@@ -136,6 +137,8 @@ class Prediction:
         codec_s: the busiest rank's (stage's) encode + decode time per epoch, included in
             ``compute_s`` (0 in float32).
         boundary_sample: graph mode's fraction of halo rows sent (``ModelSpec.boundary_sample``).
+        shared_input: the first layer's transform shared by every stage of a way
+            (``ModelSpec.shared_input`` where :func:`shares_input`; its bytes are ``input``).
         accuracy_cost: expected accuracy loss of ``wire`` in points, as the planner's table
             gives it (:mod:`gnnpipe.cost.wire_accuracy`); 0 from :func:`predict`.
     """
@@ -157,6 +160,7 @@ class Prediction:
     codec_s: float = 0.0
     accuracy_cost: float = 0.0
     boundary_sample: float = 1.0
+    shared_input: bool = False
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -371,7 +375,8 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     st = StageDetail(0, (0, len(units)), compute, halo_s, params, peak, mem)
     return Prediction(
         topology=topo,
-        bytes={"halo": halo_bytes, "way": 0, "pipe": 0, "allreduce": ar_bytes, "total": halo_bytes + ar_bytes},
+        bytes={"halo": halo_bytes, "way": 0, "pipe": 0, "input": 0, "allreduce": ar_bytes,
+               "total": halo_bytes + ar_bytes},
         compute_s=compute, comm_s=halo_s + ar_s, bubble_s=0.0, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=peak, fits=fits, reason=reason, per_stage=[st], profile=prof.name,
         notes=_notes(stats, topo) + ([f"boundary sampling {p:g}: halo rows predicted as {p:g} x sum M_p"]
@@ -460,10 +465,35 @@ def pipeline_span(busy: Sequence, t_b: Sequence, C: int) -> tuple:
 
 def epoch_input_transform(model: str, u, stats: GraphStats, chunks: int) -> bool:
     """Whether a pipeline stage transforms unit ``u``'s input once per epoch instead of per
-    chunk (:class:`gnnpipe.parallel.pipeline.stage.PipelineStage`): the model's first unit, gcn or gat
-    transforming first, on dense features, with more than one chunk."""
-    return (u.reads_features and u.aggregates and u.gemm_on_src and model in ("gcn", "gat")
+    chunk (:class:`gnnpipe.parallel.pipeline.stage.PipelineStage`): the model's first unit, gcn,
+    sage or gat transforming first, on dense features, with more than one chunk."""
+    return (u.reads_features and u.aggregates and u.gemm_on_src and model in ("gcn", "sage", "gat")
             and stats.sparse_nnz is None and chunks > 1)
+
+
+def transformed_width(model: str, u) -> int:
+    """The width of unit ``u``'s input transform (sage: the neighbour and root transforms side
+    by side)."""
+    return 2 * u.out_dim if model == "sage" else u.out_dim
+
+
+def shares_input(stats: GraphStats, spec: ModelSpec, topo: ParallelDims) -> bool:
+    """Whether ``--shared-input`` applies to this layout (what
+    :func:`gnnpipe.parallel.build.check_shared_input` accepts for a built-in model): a
+    pipelined layout of several stages and chunks whose first unit takes the epoch input
+    transform."""
+    if topo.mode == "graph" or topo.stages < 2 or topo.chunks < 2:
+        return False
+    return epoch_input_transform(spec.model, unit_works(stats, spec)[0], stats, topo.chunks)
+
+
+def input_transform_seconds(u, stats: GraphStats, spec: ModelSpec, ways: int, prof: HardwareProfile) -> float:
+    """Seconds per epoch of the first unit's input transform over a way's feature rows (its
+    GEMM, forward and backward, and the dropout of its input): the work ``--shared-input``
+    splits over the stages."""
+    pi = stats.part(ways)
+    frac = x_rows_of(stats.num_nodes, pi.max_nodes, pi.max_halo, ways) / stats.num_nodes
+    return u.gemm_flops * frac / prof.gemm_flops_s + dropout_time(u.drop_values * frac, prof)
 
 
 def x_rows_of(N: int, rows: float, halo: float, ways: int) -> float:
@@ -484,7 +514,8 @@ def pipeline_unit_seconds(stats: GraphStats, spec: ModelSpec, ways: int, chunks:
     Transforms on ``h_src`` (gcn, gat) run on every chunk's own + neighbour rows, except the
     first unit's on dense features, which the stage runs once per epoch over the feature rows
     it holds (:func:`epoch_input_transform`); each chunk gathers its rows of the result and
-    scatter-adds their gradients.
+    scatter-adds their gradients. With ``spec.shared_input`` that transform is no unit's: every
+    stage does a share of it (:func:`input_transform_seconds`, counted by the prediction).
     """
     D, C = ways, chunks
     s = spec.bytes_per_value
@@ -511,7 +542,9 @@ def pipeline_unit_seconds(stats: GraphStats, spec: ModelSpec, ways: int, chunks:
             + (elem_time(u, prof, frac_rows, frac_gemm) if epoch_x
                else elem_time(u, prof, frac_rows, frac_src, frac_hashed)))
         if epoch_x:
-            t += 2.0 * s * u.out_dim * (rows + nbrs) / prof.gather_bytes_s
+            t += 2.0 * s * transformed_width(spec.model, u) * (rows + nbrs) / prof.gather_bytes_s
+            if spec.shared_input:  # (spread over the stages: _predict_pipeline counts it)
+                t -= input_transform_seconds(u, stats, spec, D, prof)
         if u.aggregates and not u.reads_features:
             t += 2 * C * prof.chunk_overhead_s + s * u.in_dim * (2.0 * rows + 3.0 * nbrs) / prof.gather_bytes_s
             if D > 1:
@@ -525,6 +558,8 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     s, d = spec.bytes_per_value, spec.hidden
     N = stats.num_nodes
     pi = stats.part(D)
+    if spec.shared_input and not shares_input(stats, spec, topo):
+        spec = dataclasses.replace(spec, shared_input=False)
     # The busiest way: its nodes, its edges (with neighbours in other ways), its halo.
     rows = pi.max_nodes
     notes_v: list[str] = []
@@ -571,7 +606,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
             # input transform: its input rows once, and the transform with its gradient)
             if epoch_x:
                 xr = x_rows_of(N, rows, pi.max_halo, D)
-                act += saved_bytes(stats, spec.model, u, xr, rows) + 2.0 * s * xr * u.out_dim
+                act += saved_bytes(stats, spec.model, u, xr, rows) + 2.0 * s * xr * transformed_width(spec.model, u)
             else:
                 act += saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
         w_out = units[b - 1].out_dim + (d if spec.h0 and st < S - 1 else 0)
@@ -624,6 +659,9 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     compute = T[i_max]
     comm = exposed_pipe + halo_T[i_max] + ar_s
     bubble = max(0.0, pipe_epoch - compute - halo_T[i_max] - exposed_pipe)
+    in_s, in_comm, in_bytes = _shared_input_cost(stats, spec, topo, prof, units[0]) if spec.shared_input else (0, 0, 0)
+    compute += in_s
+    comm += in_comm
     epoch = compute + comm + bubble + opt
     pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0, wire=spec.wire)
     way_bytes = volume.way_link_bytes(halo_m, stats.num_features, spec.layers, d, D, s, spec.model, wire=spec.wire)
@@ -635,9 +673,27 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     notes = _notes(stats, topo) + notes_v
     return Prediction(
         topology=topo,
-        bytes={"halo": 0, "way": way_bytes, "pipe": pipe_bytes, "allreduce": ar_bytes,
-               "total": way_bytes + pipe_bytes + ar_bytes},
+        bytes={"halo": 0, "way": way_bytes, "pipe": pipe_bytes, "input": in_bytes, "allreduce": ar_bytes,
+               "total": way_bytes + pipe_bytes + in_bytes + ar_bytes},
         compute_s=compute, comm_s=comm, bubble_s=bubble, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=worst.mem_bytes, fits=fits, reason=reason, per_stage=stages, profile=prof.name,
-        notes=notes, wire=spec.wire, codec_s=codecs[i_max] * relief,
+        notes=notes, wire=spec.wire, codec_s=codecs[i_max] * relief, shared_input=spec.shared_input,
     )
+
+
+def _shared_input_cost(stats, spec, topo, prof, u) -> tuple[float, float, int]:
+    """``--shared-input``: (compute s, exposed transfer s, bytes) per epoch. Every stage of
+    every way transforms its share of the way's feature rows before the first chunk, and
+    back-propagates it after the last (the ranks share the host's cores as any compute);
+    stage 0's link sends the weights to the ``S − 1`` other stages while it receives their
+    rows (full duplex: the larger of the two), then the same backward. Nothing overlaps the
+    pipeline: the executor runs both around the epoch's schedule."""
+    D, S = topo.ways, topo.stages
+    pi = stats.part(D)
+    xr = int(x_rows_of(stats.num_nodes, pi.max_nodes, pi.max_halo, D))
+    width = transformed_width(spec.model, u)
+    comp = input_transform_seconds(u, stats, spec, D, prof) / S * prof.slowdown(D * S)
+    bw, lat = prof.link(0, 1)
+    out_b, in_b = 4.0 * (S - 1) * u.params, 4.0 * (xr - xr // S) * width
+    comm = 2.0 * (max(out_b, in_b) / bw + (S - 1) * lat + prof.coll_overhead_s)
+    return comp, comm, D * volume.shared_input_bytes(xr, S, width, u.params)

@@ -168,7 +168,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         nbrs = sum(int(ch.nbr_ids.numel()) for ch in chunks_all[:C]) if D == 1 else 0
         parts = {1: PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, chunk_nbrs={C: nbrs})} if D == 1 else {}
         stats = GraphStats(graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes, nnz, parts=parts)
-        a, b = stage_blocks(stats, ModelSpec.of(mcfg), S, D, C)[s_idx]
+        a, b = stage_blocks(stats, ModelSpec.of(mcfg, shared_input=shared_input), S, D, C)[s_idx]
     pipe, cross = build_groups(comm, dims)
     # the stage's neighbour rows: its own history, or the other ways' through the link
     source = (build_way_link(cross, plan, chunks_all, way, C, opts.exact, wire, device) if D > 1
