@@ -99,6 +99,9 @@ TRAIN_FLAG_CASES = [
     (["--boundary-sample", "0"], "boundary_sample"), (["--boundary-sample", "x"], "--boundary-sample"),
     (["--boundary-sample", "1.5"], "boundary_sample"), (["--boundary-sample", "0.5"], "not --mode pipeline"),
     (["--mode", "graph", "--model", "gat", "--boundary-sample", "0.5"], "not --model gat"),
+    # --shared-input: the pipelined modes, stale
+    (["--mode", "graph", "--shared-input"], "not --mode graph"), (["--exact", "--shared-input"], "--exact forbids"),
+    (["--shared-input", "yes"], "unrecognized arguments"), (["--shared-input"], "one stage or one chunk"),
     (["--refresh-epochs", "-1"], "refresh_epochs"), (["--grad-scale", "nan"], "grad_scale"),
     (["--snapshot-period", "x"], "--snapshot-period"), (["--stop-at-val-acc", "2"], "stop_at_val_acc"),
     (["--divergence-drop", "0"], "divergence_drop"),

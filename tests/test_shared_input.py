@@ -3,7 +3,8 @@
 
 * real ranks with it train as real ranks without it (stage 0 transforming every row
   itself): the same losses and first-step gradients up to the order of the weight
-  gradient's sums, for gcn, sage and gat, with exact epochs between stale ones, in pipeline
+  gradient's sums, for gcn, sage and gat (a conv's transform) and gcnii and resgcn+ (a
+  row-wise input layer), with exact epochs between stale ones, in pipeline
   and hybrid mode; a lost weight-gradient share or a stale copy of the weights breaks it;
 * it is taken: every other stage transforms its share of the rows, and the bytes equal
   :func:`gnnpipe.partition.volume.shared_input_bytes` exactly;
@@ -55,7 +56,7 @@ def _same_training(shared: list, plain: list, what: str) -> None:
 
 
 def test_stages_sharing_the_input_layer_train_as_stage_zero_alone():
-    runs = [dict(WIDE, model=m) for m in ("gcn", "sage", "gat")]
+    runs = [dict(WIDE, model=m) for m in ("gcn", "sage", "gat", "gcnii", "resgcn+")]
     runs.append(dict(WIDE, model="sage", exact_every=2, epochs=4))  # exact epochs keep stage 0's own path
     for run, (shared, plain) in zip(runs, _pairs(3, runs)):
         what = f"{run['model']}{' exact-every 2' if run.get('exact_every') else ''}"
@@ -106,15 +107,22 @@ def test_modes_it_cannot_serve_are_refused(kw, why):
         TrainConfig(shared_input=True, **kw)
 
 
+class _OpaqueLayer:  # a user's first layer that offers no transform split
+    aggregates, out_dim = True, 16
+
+
 @pytest.mark.parametrize("kw, why", [
-    (dict(model="gcnii"), "InputLinear"),                      # a row-wise input layer, not a conv
     (dict(model="gcn", synth_features=8), "8 features in"),    # 8 <= 16: GCN aggregates first
     (dict(model="sage", chunks=1), "one stage or one chunk"),
+    (dict(model="user"), "_OpaqueLayer"),
 ])
 def test_models_and_layouts_it_cannot_serve_are_refused(kw, why):
+    user = kw.get("model") == "user"
+    if user:
+        kw = {k: v for k, v in kw.items() if k != "model"}
     cfg = _cfg(**{**WIDE, "mode": "pipeline", **kw})
     g = load_graph_for(cfg)
-    unit = build_model(model_config(cfg, g), seed=0).units[0]
+    unit = _OpaqueLayer() if user else build_model(model_config(cfg, g), seed=0).units[0]
     dims = ParallelDims.from_config(cfg, 3)
     with pytest.raises(GnnpipeError, match=f"--shared-input .*{why}"):
         check_shared_input(unit, g, dims, StaleOptions.resolve(False))
@@ -163,9 +171,10 @@ def test_the_planner_ranks_layouts_with_and_without_it_and_its_command_says_so()
     assert "--shared-input" in train_command(shared[0], "squirrel", ModelSpec("sage", 4, 256))
     assert all("--shared-input" not in train_command(p, "squirrel", ModelSpec("sage", 4, 256))
                for p in preds if not p.shared_input and p.topology.chunks > 1)
-    # gcnii's first layer is row-wise (InputLinear): never offered
-    assert not any(p.shared_input for p in rank_configs(st, ModelSpec("gcnii", 8, 64), 4, _profile(),
-                                                         chunk_factors=(4,), estimate_nodes=2000))
+    # gcnii's row-wise input layer is offered too; nothing on one stage or in graph mode
+    gcnii = rank_configs(st, ModelSpec("gcnii", 8, 64), 4, _profile(), chunk_factors=(4,), estimate_nodes=2000)
+    assert any(p.shared_input for p in gcnii)
+    assert not any(p.shared_input for p in gcnii if p.topology.mode == "graph" or p.topology.stages < 2)
 
 
 def _profile():

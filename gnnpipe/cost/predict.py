@@ -480,11 +480,12 @@ def transformed_width(model: str, u) -> int:
 def shares_input(stats: GraphStats, spec: ModelSpec, topo: ParallelDims) -> bool:
     """Whether ``--shared-input`` applies to this layout (what
     :func:`gnnpipe.parallel.build.check_shared_input` accepts for a built-in model): a
-    pipelined layout of several stages and chunks whose first unit takes the epoch input
-    transform."""
-    if topo.mode == "graph" or topo.stages < 2 or topo.chunks < 2:
+    pipelined layout of several stages and chunks on dense features whose first unit is
+    row-wise or takes the epoch input transform."""
+    if topo.mode == "graph" or topo.stages < 2 or topo.chunks < 2 or stats.sparse_nnz is not None:
         return False
-    return epoch_input_transform(spec.model, unit_works(stats, spec)[0], stats, topo.chunks)
+    u = unit_works(stats, spec)[0]  # a row-wise input layer (gcnii, resgcn+) is its own transform
+    return not u.aggregates or epoch_input_transform(spec.model, u, stats, topo.chunks)
 
 
 def input_transform_seconds(u, stats: GraphStats, spec: ModelSpec, ways: int, prof: HardwareProfile) -> float:
@@ -543,8 +544,8 @@ def pipeline_unit_seconds(stats: GraphStats, spec: ModelSpec, ways: int, chunks:
                else elem_time(u, prof, frac_rows, frac_src, frac_hashed)))
         if epoch_x:
             t += 2.0 * s * transformed_width(spec.model, u) * (rows + nbrs) / prof.gather_bytes_s
-            if spec.shared_input:  # (spread over the stages: _predict_pipeline counts it)
-                t -= input_transform_seconds(u, stats, spec, D, prof)
+        if spec.shared_input and u.reads_features and (epoch_x or not u.aggregates):
+            t -= input_transform_seconds(u, stats, spec, D, prof)  # (spread over the stages: _predict_pipeline)
         if u.aggregates and not u.reads_features:
             t += 2 * C * prof.chunk_overhead_s + s * u.in_dim * (2.0 * rows + 3.0 * nbrs) / prof.gather_bytes_s
             if D > 1:

@@ -180,6 +180,27 @@ class InputLinear(Unit):
             carry = {**carry, "h0": out}
         return out, carry
 
+    # The transform-first split (see ConvUnit) of a row-wise unit: the whole unit is its own
+    # transform, ``forward(x, carry, ctx, block)`` equals
+    # ``forward_transformed(transform_input(x, block.dst_gid, ctx), carry, ctx, block)``, so a
+    # caller can run it on any rows (the shared input layer, ``--shared-input``).
+    def can_transform_input(self, h: Tensor) -> bool:
+        """Dense input rows (sparse ones keep :meth:`forward`)."""
+        return h.layout == torch.strided
+
+    @property
+    def transformed_dim(self) -> int:
+        return self.out_dim
+
+    def transform_input(self, h: Tensor, gid: Tensor, ctx: RunCtx) -> Tensor:
+        """The unit's output rows for dense input rows ``h`` whose global ids are ``gid``."""
+        out = ops.linear(self.drop(h, gid, ctx), self.lin.weight, self.lin.bias, None)
+        return ops.relu(out) if self.relu else out
+
+    def forward_transformed(self, z: Tensor, carry: dict, ctx: RunCtx, block: Block | None = None) -> tuple[Tensor, dict]:
+        """:meth:`forward` on rows already through :meth:`transform_input`."""
+        return z, ({**carry, "h0": z} if self.write_h0 else carry)
+
 
 class OutputLinear(Unit):
     """(LayerNorm → ReLU →) dropout → Linear."""

@@ -182,7 +182,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     if s_idx == S - 1:
         masks = {"train": rg.train_mask, "val": rg.val_mask, "test": rg.test_mask}
         targets = StageTargets(rg.labels, masks, num_train, graph.multilabel, device)
-    feats = StageFeatures(x, chunks, units[0], device, x_rows) if a == 0 else None
+    feats = StageFeatures(x, chunks, units[0], device, x_rows, shared=shared_input) if a == 0 else None
     stage = PipelineStage(block, chunks, rg.num_nodes, opts, seed, features=feats, targets=targets,
                           source=source, hist_dtype=getattr(torch, history_dtype))
     exact_stage = None
@@ -235,11 +235,12 @@ def check_shared_input(unit, graph, dims: ParallelDims, opts: StaleOptions) -> N
         why = "transforms dense feature rows; this dataset's features are sparse"
     else:
         probe = torch.zeros(1, graph.num_features)
-        ok = unit.aggregates and callable(getattr(unit, "can_transform_input", None)) and unit.can_transform_input(probe)
+        ok = callable(getattr(unit, "can_transform_input", None)) and unit.can_transform_input(probe)
         if not ok:
-            why = (f"shares a first layer that transforms its input row by row before it aggregates (gcn or sage "
-                   f"with more features than --hidden, gat); this model's first unit ({type(unit).__name__}, "
-                   f"{graph.num_features} features in, {unit.out_dim} out) does not")
+            why = (f"shares a first layer that is row-wise (gcnii's and resgcn+'s input layer) or transforms its "
+                   f"input row by row before it aggregates (gcn or sage with more features than --hidden, gat); "
+                   f"this model's first unit ({type(unit).__name__}, {graph.num_features} features in, "
+                   f"{unit.out_dim} out) is neither")
     if why:
         raise GnnpipeError(f"--shared-input {why} (drop --shared-input)")
 

@@ -55,10 +55,13 @@ class StageFeatures:
         device: where the rows are kept.
         x_rows: sorted relabelled ids of ``x``'s rows (None: all N), so that a hybrid way
             holds only the rows its chunks read.
+        shared: the stages share the first unit (``--shared-input``): a row-wise first unit
+            (GCNII's input layer, which the chunks read on their own rows only) takes the
+            transform too, its rows computed elsewhere (:meth:`take_transform`).
     """
 
     def __init__(self, x, chunks: list[ChunkInfo], unit, device: torch.device,
-                 x_rows: np.ndarray | None = None) -> None:
+                 x_rows: np.ndarray | None = None, shared: bool = False) -> None:
         self.device = dev = torch.device(device)
         self.chunks = chunks
         self.x: torch.Tensor | None = None
@@ -90,7 +93,8 @@ class StageFeatures:
         self._x_src_host: list[np.ndarray] = []
         self._pieces: dict = {}  # chunk -> (rows, their transform) first transformed by it
         self._sinks: dict = {}   # chunk -> GradSink of its rows of the transform
-        if (self.x is not None and len(chunks) > 1 and unit is not None and unit.aggregates
+        self._read_ids: list = []  # per chunk, the rows of the transform its first unit reads
+        if (self.x is not None and len(chunks) > 1 and unit is not None and (unit.aggregates or shared)
                 and callable(getattr(unit, "can_transform_input", None)) and unit.can_transform_input(self.x)):
             gid = torch.full((self.x.shape[0],), -1, dtype=torch.int64, device=dev)
             for ch, ids in zip(chunks, self.x_src_ids):
@@ -102,6 +106,10 @@ class StageFeatures:
                 self._gz = torch.zeros(rows_x, unit.transformed_dim, device=dev)
                 self._zdone = np.zeros(rows_x, dtype=bool)
                 self._x_src_host = host_src  # (read back from the device never)
+                # an aggregating unit reads its block's source rows, a row-wise one its own
+                self._read_ids = (self.x_src_ids if unit.aggregates else
+                                  [torch.arange(off, off + ch.size, device=dev)
+                                   for off, ch in zip(self.x_dst_off, chunks)])
 
     def dst_rows(self, k: int) -> torch.Tensor:
         """Chunk k's own feature rows."""
@@ -154,7 +162,7 @@ class StageFeatures:
             z = u.transform_input(self.x.index_select(0, rows), self.gid.index_select(0, rows), ctx)
             self._zd.index_copy_(0, rows, z.detach())
             self._pieces[k] = (rows, z)
-        ids = self.x_src_ids[k]
+        ids = self._read_ids[k]
         self._sinks[k] = sink = GradSink()
         t0 = time.perf_counter()
         z_src = Sunk.apply(sink.anchor, None, lambda: self._zd.index_select(0, ids), sink)
@@ -167,7 +175,7 @@ class StageFeatures:
         chunk k transformed a piece, every reader of the piece is done: W's share."""
         sink = self._sinks.pop(k, None)
         if sink is not None and sink.grad is not None:
-            self._gz.index_add_(0, self.x_src_ids[k], sink.grad)
+            self._gz.index_add_(0, self._read_ids[k], sink.grad)
         piece = self._pieces.pop(k, None)
         if piece is not None:
             rows, z = piece

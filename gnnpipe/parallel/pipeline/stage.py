@@ -284,7 +284,7 @@ class PipelineStage:
                 carry[key] = t
         r0 = self.row0
         for pos, u in enumerate(self.units):
-            if u.aggregates and self.first_unit == 0 and pos == 0 and training and self.features.transforms:
+            if self.first_unit == 0 and pos == 0 and training and self.features.transforms:
                 h, carry, gather_s = self.features.forward_transformed(k, u, carry, ctx)
                 self.gather_s += gather_s
             elif u.aggregates:
