@@ -8,7 +8,8 @@
   and hybrid mode; a lost weight-gradient share or a stale copy of the weights breaks it;
 * it is taken: every other stage transforms its share of the rows, and the bytes equal
   :func:`gnnpipe.partition.volume.shared_input_bytes` exactly;
-* what it cannot serve is refused in one line.
+* what it cannot serve is refused in one line; sparse features are served to a row-wise
+  input layer.
 """
 
 from __future__ import annotations
@@ -180,3 +181,27 @@ def test_the_planner_ranks_layouts_with_and_without_it_and_its_command_says_so()
 def _profile():
     from gnnpipe.cost.predict import balance_profile
     return balance_profile()
+
+
+def test_a_row_wise_input_layer_is_shared_over_sparse_features(tmp_path):
+    """Bag-of-words features (Physics' kind) stay sparse CSR: gcnii's input layer takes
+    them row-wise on every stage; a convolution's transform is refused on them."""
+    import dataclasses
+
+    import scipy.sparse as sp
+
+    from gnnpipe.data import synthetic
+
+    g = synthetic.sbm(num_nodes=240, num_classes=4, avg_degree=6.0, num_features=40, seed=0)
+    rng = np.random.default_rng(0)
+    bags = sp.csr_matrix((rng.random((240, 40)) < 0.1).astype(np.float32))
+    dataclasses.replace(g, features=bags, validate=False, _hash=None).save(tmp_path / "bags")
+    run = dict(WIDE, model="gcnii", dataset=str(tmp_path / "bags"))
+    (shared, plain), = _pairs(3, [run])
+    assert load_graph_for(_cfg(**run)).sparse_features
+    _same_training(shared, plain, "gcnii on sparse features")
+    assert all(r["bytes"].get("input_fwd", 0) > 0 for r in shared)
+    cfg = _cfg(**{**run, "model": "gcn", "mode": "pipeline"})
+    unit = build_model(model_config(cfg, load_graph_for(cfg)), seed=0).units[0]
+    with pytest.raises(GnnpipeError, match="--shared-input .*features are sparse"):
+        check_shared_input(unit, load_graph_for(cfg), ParallelDims.from_config(cfg, 3), StaleOptions.resolve(False))

@@ -480,21 +480,29 @@ def transformed_width(model: str, u) -> int:
 def shares_input(stats: GraphStats, spec: ModelSpec, topo: ParallelDims) -> bool:
     """Whether ``--shared-input`` applies to this layout (what
     :func:`gnnpipe.parallel.build.check_shared_input` accepts for a built-in model): a
-    pipelined layout of several stages and chunks on dense features whose first unit is
-    row-wise or takes the epoch input transform."""
-    if topo.mode == "graph" or topo.stages < 2 or topo.chunks < 2 or stats.sparse_nnz is not None:
+    pipelined layout of several stages and chunks whose first unit is row-wise (dense or
+    sparse features) or takes the epoch input transform (dense)."""
+    if topo.mode == "graph" or topo.stages < 2 or topo.chunks < 2:
         return False
     u = unit_works(stats, spec)[0]  # a row-wise input layer (gcnii, resgcn+) is its own transform
     return not u.aggregates or epoch_input_transform(spec.model, u, stats, topo.chunks)
 
 
 def input_transform_seconds(u, stats: GraphStats, spec: ModelSpec, ways: int, prof: HardwareProfile) -> float:
-    """Seconds per epoch of the first unit's input transform over a way's feature rows (its
-    GEMM, forward and backward, and the dropout of its input): the work ``--shared-input``
-    splits over the stages."""
-    pi = stats.part(ways)
-    frac = x_rows_of(stats.num_nodes, pi.max_nodes, pi.max_halo, ways) / stats.num_nodes
+    """Seconds per epoch of the first unit's input transform over a way's
+    :func:`transform_rows` (its GEMM, forward and backward, and the dropout of its input):
+    the work ``--shared-input`` splits over the stages."""
+    frac = transform_rows(u, stats, ways) / stats.num_nodes
     return u.gemm_flops * frac / prof.gemm_flops_s + dropout_time(u.drop_values * frac, prof)
+
+
+def transform_rows(u, stats: GraphStats, ways: int) -> int:
+    """The rows a way's shared input layer transforms: a convolution's, every feature row its
+    first stage holds (:func:`x_rows_of`); a row-wise unit's, the way's own nodes."""
+    pi = stats.part(ways)
+    if not u.aggregates:
+        return int(pi.max_nodes)
+    return int(x_rows_of(stats.num_nodes, pi.max_nodes, pi.max_halo, ways))
 
 
 def x_rows_of(N: int, rows: float, halo: float, ways: int) -> float:
@@ -690,8 +698,7 @@ def _shared_input_cost(stats, spec, topo, prof, u) -> tuple[float, float, int]:
     rows (full duplex: the larger of the two), then the same backward. Nothing overlaps the
     pipeline: the executor runs both around the epoch's schedule."""
     D, S = topo.ways, topo.stages
-    pi = stats.part(D)
-    xr = int(x_rows_of(stats.num_nodes, pi.max_nodes, pi.max_halo, D))
+    xr = transform_rows(u, stats, D)
     width = transformed_width(spec.model, u)
     comp = input_transform_seconds(u, stats, spec, D, prof) / S * prof.slowdown(D * S)
     bw, lat = prof.link(0, 1)

@@ -185,15 +185,16 @@ class InputLinear(Unit):
     # ``forward_transformed(transform_input(x, block.dst_gid, ctx), carry, ctx, block)``, so a
     # caller can run it on any rows (the shared input layer, ``--shared-input``).
     def can_transform_input(self, h: Tensor) -> bool:
-        """Dense input rows (sparse ones keep :meth:`forward`)."""
-        return h.layout == torch.strided
+        """Any input rows, dense or sparse CSR."""
+        return True
 
     @property
     def transformed_dim(self) -> int:
         return self.out_dim
 
     def transform_input(self, h: Tensor, gid: Tensor, ctx: RunCtx) -> Tensor:
-        """The unit's output rows for dense input rows ``h`` whose global ids are ``gid``."""
+        """The unit's output rows for input rows ``h`` (dense or sparse CSR) whose global
+        ids are ``gid``."""
         out = ops.linear(self.drop(h, gid, ctx), self.lin.weight, self.lin.bias, None)
         return ops.relu(out) if self.relu else out
 

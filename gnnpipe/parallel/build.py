@@ -26,7 +26,7 @@ from gnnpipe.dims import ParallelDims
 from gnnpipe.models import GNN, USER_MODEL, ModelConfig, build_model
 from gnnpipe.parallel.chunks import build_chunks
 from gnnpipe.parallel.executor import Executor, StaleOptions
-from gnnpipe.parallel.features import gather_feature_rows
+from gnnpipe.parallel.features import feature_rows, gather_feature_rows
 from gnnpipe.parallel.graph import GraphParallelExecutor, part_exchanger
 from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
@@ -231,8 +231,9 @@ def check_shared_input(unit, graph, dims: ParallelDims, opts: StaleOptions) -> N
         why = "sums the first layer's weight gradient in per-stage shares, which --exact forbids (it equals one process)"
     elif dims.stages < 2 or dims.chunks < 2:
         why = f"shares the first layer between stages over chunks; {dims.label()} has one stage or one chunk per way"
-    elif graph.sparse_features:
-        why = "transforms dense feature rows; this dataset's features are sparse"
+    elif graph.sparse_features and unit.aggregates:
+        why = ("shares a convolution's transform of dense feature rows; this dataset's features are sparse "
+               "(a row-wise input layer, gcnii's or resgcn+'s, takes them)")
     else:
         probe = torch.zeros(1, graph.num_features)
         ok = callable(getattr(unit, "can_transform_input", None)) and unit.can_transform_input(probe)
@@ -247,20 +248,21 @@ def check_shared_input(unit, graph, dims: ParallelDims, opts: StaleOptions) -> N
 
 def _shared_input(pipe, features, plan, host_chunks: list, unit, whole: bool, feats: StageFeatures | None, seed: int,
                   device) -> SharedInput:
-    """This stage's part of the shared input layer: its share of the way's feature rows
-    (the rows a first stage reads, :func:`first_stage_features`)."""
-    rows = way_feature_rows(plan, host_chunks, whole)
-    ids = np.arange(int(plan.perm.shape[0]), dtype=np.int64) if rows is None else rows
+    """This stage's part of the shared input layer: its share of the rows the first unit
+    transforms, a convolution's over the feature rows a first stage reads
+    (:func:`first_stage_features`), a row-wise unit's over the way's own nodes."""
+    if unit.aggregates:
+        rows = way_feature_rows(plan, host_chunks, whole)
+        ids = np.arange(int(plan.perm.shape[0]), dtype=np.int64) if rows is None else rows
+    else:
+        ids = np.arange(host_chunks[0].lo, host_chunks[-1].hi, dtype=np.int64)
     bounds = share_bounds(len(ids), pipe.world_size)
     a, b = int(bounds[pipe.rank]), int(bounds[pipe.rank + 1])
-    if feats is not None:  # stage 0: its share is a view of the rows it holds
-        if not feats.transforms:
-            raise GnnpipeError("internal: a first stage without the epoch input transform shares it")
-        x, gid = feats.x[a:b], feats.gid[a:b]
-    else:
-        orig = np.asarray(plan.perm, dtype=np.int64)[ids[a:b]]
-        x = torch.from_numpy(np.asarray(features[orig], dtype=np.float32)).to(device)
-        gid = torch.from_numpy(orig).to(device)
+    if feats is not None and not feats.transforms:
+        raise GnnpipeError("internal: a first stage without the epoch input transform shares it")
+    orig = np.asarray(plan.perm, dtype=np.int64)[ids[a:b]]
+    x = feature_rows(features, orig).to(device)  # (dense, or sparse CSR)
+    gid = torch.from_numpy(orig).to(device)
     unit.to(device)
     return SharedInput(pipe, unit, x, gid, bounds, seed, features=feats)
 

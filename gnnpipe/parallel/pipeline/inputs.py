@@ -56,8 +56,8 @@ class StageFeatures:
         x_rows: sorted relabelled ids of ``x``'s rows (None: all N), so that a hybrid way
             holds only the rows its chunks read.
         shared: the stages share the first unit (``--shared-input``): a row-wise first unit
-            (GCNII's input layer, which the chunks read on their own rows only) takes the
-            transform too, its rows computed elsewhere (:meth:`take_transform`).
+            (GCNII's input layer) takes the transform too, over the way's own rows (the
+            chunks read theirs), computed elsewhere (:meth:`take_transform`).
     """
 
     def __init__(self, x, chunks: list[ChunkInfo], unit, device: torch.device,
@@ -94,7 +94,7 @@ class StageFeatures:
         self._pieces: dict = {}  # chunk -> (rows, their transform) first transformed by it
         self._sinks: dict = {}   # chunk -> GradSink of its rows of the transform
         self._read_ids: list = []  # per chunk, the rows of the transform its first unit reads
-        if (self.x is not None and len(chunks) > 1 and unit is not None and (unit.aggregates or shared)
+        if (self.x is not None and len(chunks) > 1 and unit is not None and unit.aggregates
                 and callable(getattr(unit, "can_transform_input", None)) and unit.can_transform_input(self.x)):
             gid = torch.full((self.x.shape[0],), -1, dtype=torch.int64, device=dev)
             for ch, ids in zip(chunks, self.x_src_ids):
@@ -106,10 +106,16 @@ class StageFeatures:
                 self._gz = torch.zeros(rows_x, unit.transformed_dim, device=dev)
                 self._zdone = np.zeros(rows_x, dtype=bool)
                 self._x_src_host = host_src  # (read back from the device never)
-                # an aggregating unit reads its block's source rows, a row-wise one its own
-                self._read_ids = (self.x_src_ids if unit.aggregates else
-                                  [torch.arange(off, off + ch.size, device=dev)
-                                   for off, ch in zip(self.x_dst_off, chunks)])
+                self._read_ids = self.x_src_ids  # each chunk reads its block's source rows
+        elif shared and len(chunks) > 1 and unit is not None and not unit.aggregates:
+            # A row-wise first unit shared by the stages (GCNII's input layer, dense or sparse
+            # features): its rows are the way's own nodes, all computed elsewhere each epoch
+            # (take_transform); each chunk reads its own rows.
+            base = chunks[0].lo
+            self._zd = torch.zeros(chunks[-1].hi - base, unit.transformed_dim, device=dev)
+            self._gz = torch.zeros_like(self._zd)
+            self._zdone = np.zeros(self._zd.shape[0], dtype=bool)
+            self._read_ids = [torch.arange(ch.lo - base, ch.hi - base, device=dev) for ch in chunks]
 
     def dst_rows(self, k: int) -> torch.Tensor:
         """Chunk k's own feature rows."""
@@ -125,7 +131,7 @@ class StageFeatures:
     @property
     def transforms(self) -> bool:
         """Whether training runs the first unit through the epoch's input transform."""
-        return self.gid is not None
+        return self._zd is not None
 
     def reset(self) -> None:
         """Forget the epoch's transform (at each epoch's start and end)."""
@@ -154,7 +160,7 @@ class StageFeatures:
     def forward_transformed(self, k: int, u, carry: dict, ctx: RunCtx) -> tuple[torch.Tensor, dict, float]:
         """The first unit ``u`` on chunk k through the epoch's input transform: (rows,
         carry, seconds spent gathering the chunk's transformed rows)."""
-        host = self._x_src_host[k]
+        host = self._x_src_host[k] if self._x_src_host else np.zeros(0, dtype=np.int64)
         new = host[~self._zdone[host]]  # this chunk's rows no earlier chunk transformed
         if new.size:
             self._zdone[new] = True
