@@ -9,13 +9,16 @@ emulated hosts × 1 rank (``gnnpipe-bench cluster``) in each mode at each rate, 
 turn (A B C A B C ... for ``--reps``), and takes the median epoch of epochs 1 to the end of
 each run, then the median over the reps. It prints one markdown row per configuration and
 rate: each mode's epoch seconds and MiB per epoch, and the pipelines' epochs as multiples of
-graph parallelism's (below 1: faster), with the 1-minute load before and after. The pipeline
-runs 4 stages and 16 chunks. Root (network namespaces).
+graph parallelism's (below 1: faster), the cost model's epoch for each (the shipped profile
+at the link's rate, as ``gnnpipe-bench cluster`` predicts) and whether the fastest predicted
+mode is the measured fastest, with the 1-minute load before and after. The pipeline runs 4
+stages and 16 chunks. Root (network namespaces).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -34,6 +37,21 @@ ROW = re.compile(r"^\| (\d+)x(\d+) \| (\S+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]
 
 def load() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
+
+
+def predicted(out: Path) -> float | None:
+    """The planner's epoch for a finished job (``gnnpipe-bench cluster``'s predictor on its
+    ``cell.json``: the shipped profile at the job's link rate)."""
+    from gnnpipe.bench.cluster import make_predictor
+
+    global _PREDICT
+    if _PREDICT is None:
+        _PREDICT = make_predictor()
+    row = json.loads((out / "cell.json").read_text())
+    return _PREDICT(row, row.get("rate_bps"))
+
+
+_PREDICT = None
 
 
 def one(cfg: list[str], mode: str, rate: str, epochs: int, out: Path) -> tuple[float, float]:
@@ -58,8 +76,11 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--out", default=None, help="keep the run directories here (default: a temporary one)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="a job whose run directory under --out holds its cell.json is read, not run again "
+                         "(to score the planner on earlier runs)")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not args.reuse:
         raise SystemExit("bench_shared_input: needs root (network namespaces)")
     configs = []
     for c in args.config:
@@ -71,24 +92,45 @@ def main(argv=None) -> int:
     print(f"4 emulated hosts x 1 rank; median epoch of epochs 1-{args.epochs - 1}, median of {args.reps} rep(s); "
           f"runs under {root}")
     print("| config | link | graph s | pipeline s | pipeline+shared s | MiB/epoch g / p / p+s "
-          "| pipeline vs graph | p+shared vs graph | p+shared vs pipeline | load before → after |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| pipeline vs graph | p+shared vs graph | p+shared vs pipeline | predicted g / p / p+s s "
+          "| planner's pick: measured fastest? | load before → after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    picks = [0, 0]
     for cfg in configs:
         for rate in args.rates.split(","):
-            before = load()
+            before, after = load(), None
             got: dict = {m: [] for m in MODES}
             mib: dict = {}
             for k in range(args.reps):
                 for mode in MODES:
                     name = f"{'-'.join(cfg)}-{rate}-{mode}-{k}"
-                    t, b = one(cfg, mode, rate, args.epochs, root / name)
+                    cell = root / name / "cell.json"
+                    if args.reuse and cell.exists():  # (with the load it recorded)
+                        c = json.loads(cell.read_text())
+                        t, b = float(c["epoch_s"]), c["bytes_train"] / 2**20
+                        if mode == "graph" and k == 0:
+                            before = f"{c['load1_before']:.2f}"
+                        after = f"{c['load1_after']:.2f}"
+                    else:
+                        t, b = one(cfg, mode, rate, args.epochs, root / name)
                     got[mode].append(t)
                     mib[mode] = b
             med = {m: statistics.median(v) for m, v in got.items()}
             g, p, s = med["graph"], med["pipeline"], med["pipeline+shared"]
+            pred = {m: predicted(root / f"{'-'.join(cfg)}-{rate}-{m}-0") for m in MODES}
+            pick = verdict = "–"
+            if None not in pred.values():
+                pick = min(pred, key=pred.get)
+                ok = med[pick] == min(med.values())
+                picks[0] += ok
+                picks[1] += 1
+                verdict = f"{pick}: {'yes' if ok else f'no ({min(med, key=med.get)} is)'}"
+            ptxt = " / ".join("–" if pred[m] is None else f"{pred[m]:.3f}" for m in MODES)
             print(f"| {cfg[0]} {cfg[1].upper()}-{cfg[2]} d={cfg[3]} | {rate} | {g:.3f} | {p:.3f} | {s:.3f} | "
                   f"{mib['graph']:.1f} / {mib['pipeline']:.1f} / {mib['pipeline+shared']:.1f} | "
-                  f"{p / g:.2f}× | {s / g:.2f}× | {s / p:.2f}× | {before} → {load()} |", flush=True)
+                  f"{p / g:.2f}× | {s / g:.2f}× | {s / p:.2f}× | {ptxt} | {verdict} | {before} → {after or load()} |", flush=True)
+    print(f"\nthe planner's pick (the fastest predicted of the three) is the measured fastest in {picks[0]} of "
+          f"{picks[1]} rows")
     return 0
 
 
