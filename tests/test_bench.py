@@ -86,9 +86,10 @@ def test_md_table_shape():
 def test_measured_bytes_categories():
     rec = {"bytes_sent": {"halo_fwd": 10, "halo_bwd": 5, "pipe_act": 7, "pipe_grad": 3, "allreduce": 2,
                           "control": 99, "eval": 1000}}
-    assert C.measured_bytes(rec) == {"halo": 15, "way": 0, "pipe": 10, "allreduce": 2}  # an older record: no way_*
-    rec["bytes_sent"].update(way_fwd=4, way_bwd=6)
-    assert C.measured_bytes(rec) == {"halo": 15, "way": 10, "pipe": 10, "allreduce": 2}
+    # an older record: no way_*, no input_*
+    assert C.measured_bytes(rec) == {"halo": 15, "way": 0, "pipe": 10, "input": 0, "allreduce": 2}
+    rec["bytes_sent"].update(way_fwd=4, way_bwd=6, input_fwd=8, input_bwd=1)
+    assert C.measured_bytes(rec) == {"halo": 15, "way": 10, "pipe": 10, "input": 9, "allreduce": 2}
 
 
 def test_read_metrics_names_bad_line(tmp_path):

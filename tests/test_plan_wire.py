@@ -185,7 +185,9 @@ def test_chosen_config_bytes_equal_the_volume_formulas(cpu, model):
             if t.mode == "hybrid" and w != "float32":
                 assert p.bytes["way"] + pipe == volume.hybrid_bytes(
                     N, st.part(t.ways).sum_m, F, 8, 128, t.stages, t.ways, s, model, h0=model == "gcnii", wire=w)
-        assert p.bytes["total"] == p.bytes["halo"] + p.bytes["way"] + p.bytes["pipe"] + p.bytes["allreduce"]
+        assert p.bytes["total"] == (p.bytes["halo"] + p.bytes["way"] + p.bytes["pipe"] + p.bytes["input"]
+                                    + p.bytes["allreduce"])
+        assert (p.bytes["input"] > 0) == p.shared_input  # (--shared-input's own, float32 in any wire)
     # int8 rows: 8 header bytes + one per value (gcnii's pipeline row is [h | h0], one header).
     best = preds[0]
     if best.topology.mode == "pipeline":

@@ -70,9 +70,12 @@ def test_stages_sharing_the_input_layer_train_as_stage_zero_alone():
 
 
 def test_a_hybrid_way_shares_its_first_layer_too():
-    run = dict(WIDE, model="sage", mode="hybrid", ways=2)
-    (shared, plain), = _pairs(4, [run])
-    _same_training(shared, plain, "hybrid 2x2 sage")
+    """Each way shares among its own stages: a convolution's over the way's feature rows
+    (its part's and its chunks' neighbours'), a row-wise layer's over its part's nodes."""
+    runs = [dict(WIDE, model=m, mode="hybrid", ways=2) for m in ("sage", "gcnii")]
+    for run, (shared, plain) in zip(runs, _pairs(4, runs)):
+        _same_training(shared, plain, f"hybrid 2x2 {run['model']}")
+        assert all(r["bytes"].get("input_fwd", 0) > 0 for r in shared)
 
 
 def test_bytes_equal_the_formula():
