@@ -48,6 +48,12 @@ class StageFeatures:
     gradient. The same sums in another order. Training only; one chunk (exact mode) and
     sparse features keep the unit's own path.
 
+    With the shared input layer (``shared``, :mod:`gnnpipe.parallel.pipeline.shared_input`)
+    every row's transform arrives before the first chunk (:meth:`take_transform`): no piece
+    is transformed here, and the rows' summed gradients (:meth:`transform_grad`) go back to
+    the stages that computed them. A row-wise first unit (GCNII's input layer) then takes
+    the same path over the way's own rows, dense or sparse.
+
     Args:
         x: the features: a dense [rows, F] tensor or ndarray, or scipy CSR.
         chunks: the stage's chunks (on ``device``).

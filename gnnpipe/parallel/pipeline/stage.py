@@ -64,6 +64,10 @@ independent one-process implementation of the same rules, used as the tests' ora
    step every N epochs pulls the weights back towards exact training's path.
 
 Weight gradients accumulate over the chunks; each stage steps its optimizer once per epoch.
+With the shared input layer (``--shared-input``, :mod:`.shared_input`) the first unit's
+transform of every row is computed by all the way's stages and handed to the first stage's
+:class:`StageFeatures` before the chunks run; the rules above are unchanged (only the order of
+the weight gradient's sums differs).
 """
 
 from __future__ import annotations
