@@ -208,3 +208,28 @@ def test_a_row_wise_input_layer_is_shared_over_sparse_features(tmp_path):
     unit = build_model(model_config(cfg, load_graph_for(cfg)), seed=0).units[0]
     with pytest.raises(GnnpipeError, match="--shared-input .*features are sparse"):
         check_shared_input(unit, load_graph_for(cfg), ParallelDims.from_config(cfg, 3), StaleOptions.resolve(False))
+
+
+def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    """Only stage 0 owns the first layer's weights and the other stages' copies are
+    overwritten every epoch, so a checkpoint holds nothing new and a resume continues the
+    same numbers (3 stages, stale sage)."""
+    from test_checkpoint import _finish, _metrics, _same_metrics
+
+    from gnnpipe.spawn import spawn_ranks
+
+    cfg = dict(synth_nodes=300, synth_degree=6.0, synth_classes=4, synth_features=40, hidden=16, seed=3,
+               eval_every=1, progress=False, timeout=60.0, mode="pipeline", model="sage", layers=3,
+               shared_input=True)
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    ranks = spawn_ranks("test_checkpoint:train_rank", 3, "torch", env=ENV, args={"jobs": [
+        {"cfg": dict(cfg, epochs=6), "out": str(ref)},
+        {"cfg": dict(cfg, epochs=3, checkpoint_every=3), "out": str(run)},
+        {"cfg": dict(cfg, epochs=6, resume=str(run)), "out": str(run)},
+    ]})
+    try:
+        out = _finish(ranks)
+    finally:
+        ranks.close()
+    assert all("error" not in r for rank in out for r in rank), out
+    _same_metrics(_metrics(run), _metrics(ref), "shared input, resumed at epoch 3")
