@@ -223,8 +223,9 @@ def check_shared_input(unit, graph, dims: ParallelDims, opts: StaleOptions) -> N
     message: a refusal on one rank only would leave the others waiting).
 
     Raises:
-        GnnpipeError: exact mode, one stage or one chunk, sparse features, or a first
-            layer that does not transform its input row by row before it aggregates.
+        GnnpipeError: exact mode, one stage or one chunk, a convolution on sparse
+            features, or a first layer that is neither row-wise nor transforms its input row
+            by row before it aggregates.
     """
     why = None
     if opts.exact:
@@ -252,7 +253,7 @@ def _shared_input(pipe, features, plan, host_chunks: list, unit, whole: bool, fe
     transforms, a convolution's over the feature rows a first stage reads
     (:func:`first_stage_features`), a row-wise unit's over the way's own nodes."""
     if unit.aggregates:
-        rows = way_feature_rows(plan, host_chunks, whole)
+        rows = way_feature_rows(host_chunks, whole)
         ids = np.arange(int(plan.perm.shape[0]), dtype=np.int64) if rows is None else rows
     else:
         ids = np.arange(host_chunks[0].lo, host_chunks[-1].hi, dtype=np.int64)
@@ -267,7 +268,7 @@ def _shared_input(pipe, features, plan, host_chunks: list, unit, whole: bool, fe
     return SharedInput(pipe, unit, x, gid, bounds, seed, features=feats)
 
 
-def way_feature_rows(plan, chunks: list, whole: bool) -> np.ndarray | None:
+def way_feature_rows(chunks: list, whole: bool) -> np.ndarray | None:
     """The sorted relabelled ids of the feature rows a way's first stage reads: its part's
     rows and its chunks' neighbours' (None when ``whole``: every row)."""
     if whole:
@@ -291,7 +292,7 @@ def first_stage_features(features, plan, chunks: list, whole: bool) -> tuple:
         their sorted relabelled ids (None when ``whole``).
     """
     perm = np.asarray(plan.perm, dtype=np.int64)
-    x_rows = way_feature_rows(plan, chunks, whole)
+    x_rows = way_feature_rows(chunks, whole)
     src = perm if x_rows is None else perm[x_rows]
     x = features[src] if sp.issparse(features) else np.asarray(features[src], dtype=np.float32)
     return x, x_rows
