@@ -48,10 +48,13 @@ class Unit(nn.Module):
         index: position in the model's unit list (selects the dropout stream).
         in_dim, out_dim: input and output widths.
         carry_keys: names of the cross-layer tensors it reads or writes.
+        carry_writes: the names among them it writes (a stage hands a written tensor on
+            as soon as the stage's last writer of it has run: ``parallel/pipeline/carry.py``).
     """
 
     aggregates: bool = False
     carry_keys: tuple = ()
+    carry_writes: tuple = ()
 
     def __init__(self, index: int, in_dim: int, out_dim: int, dropout: float):
         super().__init__()
@@ -166,7 +169,7 @@ class InputLinear(Unit):
         super().__init__(index, in_dim, out_dim, dropout)
         self.lin = nn.Linear(in_dim, out_dim)
         self.relu, self.write_h0 = relu, write_h0
-        self.carry_keys = ("h0",) if write_h0 else ()
+        self.carry_keys = self.carry_writes = ("h0",) if write_h0 else ()
 
     def forward(self, h_dst, carry, ctx, block=None, h_src=None):
         x = self.drop(h_dst, _gid(block, False), ctx)

@@ -119,6 +119,22 @@ class StageUnits:
     carry_in: tuple = ()
     carry_out: tuple = ()
 
+    def carry_ready_after(self) -> dict[int, tuple[str, ...]]:
+        """``{position: keys}``: each ``carry_out`` key a unit of this block writes, at the
+        position of its last writer (from there on the key's rows are final)."""
+        ready: dict[int, list] = {}
+        for key in self.carry_out:
+            at = [pos for pos, u in enumerate(self.units) if key in (getattr(u, "carry_writes", ()) or ())]
+            if at:
+                ready.setdefault(max(at), []).append(key)
+        return {pos: tuple(keys) for pos, keys in ready.items()}
+
+    @property
+    def carry_passed(self) -> tuple:
+        """The ``carry_out`` keys no unit of this block writes: they leave as they arrived."""
+        ready = {k for keys in self.carry_ready_after().values() for k in keys}
+        return tuple(k for k in self.carry_out if k not in ready)
+
     @classmethod
     def of(cls, model_units, a: int, b: int) -> "StageUnits":
         """Units ``[a, b)`` of a model's units, with what they receive and hand on."""
@@ -184,6 +200,7 @@ class PipelineStage:
         self.units = list(block.units)
         self.first_unit = block.first
         self.carry_out_keys = block.carry_out
+        self._carry_ready = block.carry_ready_after()
         self.features = features
         self.targets = targets
         self.is_last = targets is not None
@@ -254,12 +271,16 @@ class PipelineStage:
         return g + rows.float() * self.opts.grad_scale
 
     # ------------------------------------------------------------------ compute
-    def forward_chunk(self, k: int, h_in: torch.Tensor | None, carry_in: dict, training: bool = True):
+    def forward_chunk(self, k: int, h_in: torch.Tensor | None, carry_in: dict, training: bool = True,
+                      on_carry=None):
         """Run this stage's units on chunk ``k``.
 
         Args:
             h_in: [n_k, in_dim] the chunk's input rows (None on the first stage).
             carry_in: cross-layer tensors of the chunk's rows.
+            on_carry: called ``on_carry(key, rows)`` for each carry key this stage writes and
+                hands on, as soon as its last writer here has run (the runtime sends it
+                ahead in a one-chunk epoch: :mod:`.carry`).
         Returns:
             (output rows [n_k, out_dim], carry dict); on the last stage the output is logits.
         """
@@ -328,6 +349,9 @@ class PipelineStage:
                 h, carry = u(h, carry, ctx, block=ch.block, h_src=h_src)
             else:
                 h, carry = u(h, carry, ctx, block=ch.block)
+            if on_carry is not None:
+                for key in self._carry_ready.get(pos, ()):
+                    on_carry(key, carry[key])
         carry_out = {key: carry[key] for key in self.carry_out_keys}
         if self.is_last and training:
             st.loss = self.targets.loss(ch, h)
