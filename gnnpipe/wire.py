@@ -137,6 +137,10 @@ KIND_HALO = 1
 KIND_WAY = 2
 #: pipeline chunk activations ``[h | carry]`` between stages and their gradients
 KIND_PIPE = 3
+#: a one-chunk epoch's carry tensors, each its own message (``parallel/pipeline/carry.py``):
+#: kind ``KIND_CARRY + i`` for the boundary's ``i``-th carry key, ``i < MAX_CARRY_KEYS``
+KIND_CARRY = 4
+MAX_CARRY_KEYS = 16
 
 
 def message_site(kind: int, unit: int, backward: bool) -> int:
@@ -148,8 +152,8 @@ def message_site(kind: int, unit: int, backward: bool) -> int:
     rows are read by: the aggregating unit for halos, the receiving stage's first unit for
     pipeline chunks.
     """
-    if kind not in (KIND_HALO, KIND_WAY, KIND_PIPE):
-        raise ValueError(f"message kind must be one of 1, 2, 3, got {kind}")
+    if not KIND_HALO <= kind < KIND_CARRY + MAX_CARRY_KEYS:
+        raise ValueError(f"message kind must be in [{KIND_HALO}, {KIND_CARRY + MAX_CARRY_KEYS}), got {kind}")
     unit = int(unit)
     if not 0 <= unit < 1 << 31:
         raise ValueError(f"unit must be in [0, 2**31), got {unit}")

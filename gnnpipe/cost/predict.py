@@ -657,7 +657,10 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         relief = max(c_host / r_host, sum(T) / len(T) / max(T))
         T = [t * relief for t in T]
         stages = [dataclasses.replace(x, compute_s=x.compute_s * relief) for x in stages]
-    t_b = boundary_times(prof, D, S, (rows / C) * volume.wire_row_bytes(width, s, spec.wire))
+    # One chunk (``--exact``): the carry travels ahead of the rows (parallel/pipeline/carry.py),
+    # so only the rows lie on the path from stage to stage.
+    path_width = d if C == 1 else width
+    t_b = boundary_times(prof, D, S, (rows / C) * volume.wire_row_bytes(path_width, s, spec.wire))
     busy = [t + h for t, h in zip(T, halo_T)]
     pipe_epoch, exposed_pipe = pipeline_span(busy, t_b, C)
     params_total = sum(x.params for x in stages)
@@ -672,7 +675,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     compute += in_s
     comm += in_comm
     epoch = compute + comm + bubble + opt
-    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0, wire=spec.wire)
+    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0, wire=spec.wire, carry_apart=C == 1)
     way_bytes = volume.way_link_bytes(halo_m, stats.num_features, spec.layers, d, D, s, spec.model, wire=spec.wire)
     if C > 1 and spec.wire == "float32":  # stale hybrid, float32 wire: rows travel in the history's dtype
         way_bytes = way_bytes * spec.history_bytes // s

@@ -146,7 +146,8 @@ def startup_bytes(sum_m: int, F: int, L: int, s: int = 4, model: str = "gcn") ->
     return s * sum_m * F if (m in FEATURE_FIRST_MODELS and L > 0) else 0
 
 
-def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False, wire: str = "float32") -> int:
+def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False, wire: str = "float32",
+                   carry_apart: bool = False) -> int:
     """Bytes per epoch that a pure pipeline moves between consecutive stages.
 
     Every vertex's d-wide activation crosses each of the ``S − 1`` stage boundaries once
@@ -162,10 +163,16 @@ def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False, wire: s
         h0: whether ``h0`` travels beside the activations.
         wire: the wire format: one row ``[h | h0]`` per vertex and boundary,
             ``2·(S−1)·N·row_bytes(d·(2 if h0 else 1), wire)`` (float32: ``s`` per value).
+        carry_apart: a one-chunk epoch (``--exact``, an exact epoch of ``--exact-every``),
+            whose ``h0`` travels as a message of its own (:mod:`gnnpipe.parallel.pipeline.carry`):
+            two wire rows per vertex and boundary, ``2·(S−1)·N·2·row_bytes(d, wire)``
+            (the same bytes in float32; one header more per row in int8 and int4).
     """
     _check_nonneg(N=N, d=d, s=s)
     if S < 1:
         raise GnnpipeError(f"stages: expected at least 1, got {S}")
+    if h0 and carry_apart:
+        return 2 * (S - 1) * N * 2 * wire_row_bytes(d, s, wire)
     return 2 * (S - 1) * N * wire_row_bytes(d * (2 if h0 else 1), s, wire)
 
 

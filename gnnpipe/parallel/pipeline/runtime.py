@@ -13,8 +13,10 @@ Wire formats (``--wire``): a training message is one wire row per node, the conc
 int4), keyed by the seed, the epoch, ``message_site(KIND_PIPE, unit, backward)`` with
 ``unit`` the receiving side's first unit (the same on both stages of a boundary) and the
 chunk's original node ids; receive buffers are uint8 ``[n_k, row_bytes(width, fmt)]``.
-float32 sends the float rows as they are. Evaluation messages always travel in float32:
-evaluation is exact full-graph inference.
+float32 sends the float rows as they are. In a one-chunk epoch (``--exact``, the exact
+epochs of ``--exact-every``) the carry travels in messages of its own, ahead of the rows
+(:mod:`.carry`), and the chunk message holds ``h`` alone. Evaluation messages always travel in
+float32: evaluation is exact full-graph inference.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gnnpipe.dims import ParallelDims
 from gnnpipe.models import RunCtx
 from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, allreduce_grads,
                                        reduce_accuracies, wait_seconds)
+from gnnpipe.parallel.pipeline.carry import CarryAhead
 from gnnpipe.parallel.pipeline.shared_input import SharedInput
 from gnnpipe.parallel.pipeline.stage import PipelineStage
 from gnnpipe.wire import FLOAT32, KIND_PIPE, Wire, message_site
@@ -143,18 +146,24 @@ class PipelineExecutor(Executor):
             self._refresh(epoch)  # every stage, in stage order: before any chunk message of the epoch
         for p in self.params:
             p.grad = None
-        run = _EpochRun(st, epoch, actions, self._width(st.in_dim, self.carry_in_keys),
-                        self._width(st.out_dim, st.carry_out_keys))
+        ahead = CarryAhead(self.comm, st, self.carry_dim, self.wire, epoch) if CarryAhead.wanted(st, self.S) else None
+        run = _EpochRun(st, epoch, actions, self._width(st.in_dim, () if ahead else self.carry_in_keys),
+                        self._width(st.out_dim, () if ahead else st.carry_out_keys))
+        run.ahead = ahead
         run.shared = self.shared_input if st is self.stage else None  # (an exact epoch: stage 0's own path)
         if run.shared is not None:
             t0 = time.perf_counter()
             run.shared.forward(epoch)
             run.spent["input"] += time.perf_counter() - t0
         self._post(run, ActionKind.RECV_F)
+        if ahead is not None:
+            ahead.post_forward()
         for a in actions:
             if not run.b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
                 run.b_posted = True
                 self._post(run, ActionKind.RECV_B)
+                if ahead is not None:
+                    ahead.post_backward()
             run.free_sends()
             handler = self._HANDLERS.get(a.kind)
             if handler is None:  # pragma: no cover - the generator emits no other kinds
@@ -188,6 +197,9 @@ class PipelineExecutor(Executor):
         tag = "F" if a.kind == ActionKind.RECV_F else "B"
         buf, work = run.recvs.pop((tag, k))
         t0 = time.perf_counter()
+        ahead = {}  # a one-chunk epoch: the carry's own messages (the handed-on keys go on first)
+        if run.ahead is not None:
+            ahead = run.ahead.take_forward() if tag == "F" else run.ahead.grads_for_backward()
         work.wait()
         t1 = time.perf_counter()
         run.bubble += t1 - t0
@@ -195,21 +207,23 @@ class PipelineExecutor(Executor):
         d = st.in_dim if tag == "F" else st.out_dim
         if self.wire.lossy:
             buf = self.wire.decode(buf, run.in_w if tag == "F" else run.out_w)
-        run.inbox[(tag, k)] = self._unpack(buf, d, self.carry_in_keys if tag == "F" else st.carry_out_keys)
+        keys = () if run.ahead is not None else self.carry_in_keys if tag == "F" else st.carry_out_keys
+        h, carry = self._unpack(buf, d, keys)
+        run.inbox[(tag, k)] = (h, {**carry, **ahead})
         run.spent["decode"] += time.perf_counter() - t1
 
     def _on_forward(self, run: "_EpochRun", a) -> None:
         st, k = run.st, a.chunk
         t0 = time.perf_counter()
         h_in, carry = run.inbox.pop(("F", k), (None, {}))
-        out, cout = st.forward_chunk(k, h_in, carry)
+        out, cout = st.forward_chunk(k, h_in, carry, on_carry=run.ahead.send_ready if run.ahead else None)
         self._emit(out.detach())
         t1 = time.perf_counter()
         run.spent["forward"] += t1 - t0
         if st.is_last:
             run.counts += st.train_counts(k, out)
         else:
-            msg = self._pack(out, cout, st.carry_out_keys)
+            msg = self._pack(out, cout, () if run.ahead else st.carry_out_keys)
             run.outbox[("F", k)] = self._encode(msg, st, k, run.epoch, False)
             run.spent["encode"] += time.perf_counter() - t1
 
@@ -223,8 +237,10 @@ class PipelineExecutor(Executor):
         t1 = time.perf_counter()
         run.spent["backward"] += t1 - t0
         if self.s > 0:
-            msg = self._pack(g_in, g_cin, self.carry_in_keys)
+            msg = self._pack(g_in, g_cin, () if run.ahead else self.carry_in_keys)
             run.outbox[("B", k)] = self._encode(msg, st, k, run.epoch, True)
+            if run.ahead:
+                run.carry_grads = g_cin  # sent after the rows' gradient (_on_send_b)
             run.spent["encode"] += time.perf_counter() - t1
 
     def _on_send_f(self, run: "_EpochRun", a) -> None:
@@ -234,10 +250,14 @@ class PipelineExecutor(Executor):
     def _on_send_b(self, run: "_EpochRun", a) -> None:
         run.sends.append(self.comm.isend(run.outbox.pop(("B", a.chunk)), a.peer, tag=2 * a.chunk + 1,
                                          category="pipe_grad"))
+        if run.ahead is not None:  # then the carry's gradients (waiting for the later stages' part)
+            t0 = time.perf_counter()
+            run.ahead.send_grads(run.carry_grads)
+            run.spent["wait_recv"] += time.perf_counter() - t0
 
     def _on_opt(self, run: "_EpochRun", a) -> None:
         t0 = time.perf_counter()
-        for w in run.sends:
+        for w in run.sends + (run.ahead.sends if run.ahead is not None else []):
             w.wait()
         t1 = time.perf_counter()
         run.bubble += t1 - t0
@@ -342,6 +362,8 @@ class _EpochRun:
         self.sends: list = []
         self.b_posted = False
         self.shared: SharedInput | None = None  # the shared input layer, in a stale epoch
+        self.ahead: CarryAhead | None = None  # a one-chunk epoch's carry messages
+        self.carry_grads: dict = {}
         self.bubble = 0.0
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=st.device)
         self.counts = torch.zeros(2, dtype=torch.int64, device=st.device)
