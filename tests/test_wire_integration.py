@@ -235,3 +235,35 @@ def test_compressed_training_reaches_float32_accuracy():
         assert accs[0] > 0.45, f"{mode}: float32 did not learn ({accs[0]})"
         for fmt, acc in zip(("bfloat16", "int8"), accs[1:]):
             assert abs(acc - accs[0]) <= 0.02, f"{mode} {fmt}: test accuracy {acc:.3f} vs float32 {accs[0]:.3f}"
+
+
+# ------------------------------------------------------------------ the direction experiment
+def _script_run(tmp_path: Path, name: str, wire: str, script: list[str] | None = None) -> list[float]:
+    import json
+    import os
+
+    exe = Path(sys.executable).parent
+    args = ["--synth-nodes", "600", "--model", "resgcn+", "--layers", "4", "--hidden", "16", "--mode", "pipeline",
+            "--stages", "2", "--chunks", "4", "--epochs", "3", "--seed", "1", "--eval-every", "100", "--no-progress",
+            "--wire", wire, "--out", str(tmp_path / name)]
+    cmd = [sys.executable, str(REPO / "scripts" / "wire_direction.py"), *script, "--", *args] if script else \
+        [str(exe / "gnnpipe-train"), *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PMI_RANK", "PMI_SIZE"):
+        env.pop(k, None)
+    p = subprocess.run([str(exe / "mpirun"), "-np", "2", *cmd], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return [json.loads(line)["loss"] for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.mpi
+def test_the_wire_direction_script_rounds_as_a_real_lossy_run(tmp_path):
+    """scripts/wire_direction.py (issue 29's attribution of int8's loss to rows or
+    gradients): rounding both directions on the sender reproduces a real ``--wire int8``
+    run's losses exactly; rounding one direction gives neither that nor float32's."""
+    real = _script_run(tmp_path, "real", "int8")
+    both = _script_run(tmp_path, "both", "float32", ["--round", "both"])
+    grads = _script_run(tmp_path, "grads", "float32", ["--round", "backward"])
+    plain = _script_run(tmp_path, "plain", "float32")
+    assert both == real
+    assert grads != real and grads != plain and real != plain
