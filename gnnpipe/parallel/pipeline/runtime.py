@@ -197,9 +197,9 @@ class PipelineExecutor(Executor):
         tag = "F" if a.kind == ActionKind.RECV_F else "B"
         buf, work = run.recvs.pop((tag, k))
         t0 = time.perf_counter()
-        ahead = {}  # a one-chunk epoch: the carry's own messages (the handed-on keys go on first)
+        carry_msgs = {}  # a one-chunk epoch: the carry's own messages (the handed-on keys go on first)
         if run.ahead is not None:
-            ahead = run.ahead.take_forward() if tag == "F" else run.ahead.grads_for_backward()
+            carry_msgs = run.ahead.take_forward() if tag == "F" else run.ahead.grads_for_backward()
         work.wait()
         t1 = time.perf_counter()
         run.bubble += t1 - t0
@@ -209,7 +209,7 @@ class PipelineExecutor(Executor):
             buf = self.wire.decode(buf, run.in_w if tag == "F" else run.out_w)
         keys = () if run.ahead is not None else self.carry_in_keys if tag == "F" else st.carry_out_keys
         h, carry = self._unpack(buf, d, keys)
-        run.inbox[(tag, k)] = (h, {**carry, **ahead})
+        run.inbox[(tag, k)] = (h, {**carry, **carry_msgs})
         run.spent["decode"] += time.perf_counter() - t1
 
     def _on_forward(self, run: "_EpochRun", a) -> None:
