@@ -101,6 +101,24 @@ def test_report_writes_the_table_and_a_plot(tmp_path):
     assert {r["rate"] for r in rows} == {"50mbit"} and "Target: validation accuracy 39.50 %" in md
 
 
+@pytest.mark.parametrize("field, value, needle", [
+    ("epochs", [0, 0.0, 2, 3], "increasing epoch counts"),   # a float epoch once crashed the slice in summarize
+    ("epochs", [0, 2, 1, 3], "increasing epoch counts"),
+    ("epochs", [-1, 0, 1, 2], "increasing epoch counts"),
+    ("test", [0.1], "test accuracies"),
+])
+def test_a_curve_with_bad_epochs_or_tests_is_refused_naming_the_line(field, value, needle, tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    curves = [dict(c) for c in CURVES]
+    curves[1][field] = value
+    (d / "curves.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curves))
+    (d / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TIMING))
+    assert tta.main(["--plot", str(d)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "curves.jsonl, line 2" in err[0] and needle in err[0], err
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--config", "nope"], "--config 'nope'"),
     (["--config", "tiny", "--modes", "graph,pipe"], "--modes"),

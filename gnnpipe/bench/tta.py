@@ -352,6 +352,13 @@ def _read_jsonl(path: Path, fields: Mapping[str, type] | None = None) -> list[di
         if "val" in fields and (len(rec["val"]) != len(rec["epochs"]) or not rec["val"]):
             raise GnnpipeError(f"{path}, line {n}: {len(rec['epochs'])} epochs but {len(rec['val'])} "
                                "validation accuracies (expected as many, at least one)")
+        if "val" in fields and len(rec["test"]) != len(rec["val"]):
+            raise GnnpipeError(f"{path}, line {n}: {len(rec['val'])} validation but {len(rec['test'])} "
+                               "test accuracies (expected as many)")
+        eps = rec["epochs"] if "val" in fields else []
+        if not all(isinstance(e, int) and e >= 0 for e in eps) or any(b <= a for a, b in zip(eps, eps[1:])):
+            raise GnnpipeError(f"{path}, line {n}: field 'epochs' should hold increasing epoch counts "
+                               f"(integers >= 0), got {rec['epochs']!r:.60}")
         if "args" in rec and not (isinstance(rec["args"], list) and all(isinstance(a, str) for a in rec["args"])):
             raise GnnpipeError(f"{path}, line {n}: field 'args' should be a list of gnnpipe-train flags")
         for key in ("epoch_s", "exact_epoch_s"):
