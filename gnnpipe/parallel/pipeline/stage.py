@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -122,6 +123,11 @@ class StageUnits:
     def carry_ready_after(self) -> dict[int, tuple[str, ...]]:
         """``{position: keys}``: each ``carry_out`` key a unit of this block writes, at the
         position of its last writer (from there on the key's rows are final)."""
+        return dict(self._carry_ready)
+
+    @cached_property
+    def _carry_ready(self) -> dict[int, tuple[str, ...]]:
+        # (computed once per block: the units and their carry_writes do not change)
         ready: dict[int, list] = {}
         for key in self.carry_out:
             at = [pos for pos, u in enumerate(self.units) if key in (getattr(u, "carry_writes", ()) or ())]
@@ -129,10 +135,10 @@ class StageUnits:
                 ready.setdefault(max(at), []).append(key)
         return {pos: tuple(keys) for pos, keys in ready.items()}
 
-    @property
+    @cached_property
     def carry_passed(self) -> tuple:
         """The ``carry_out`` keys no unit of this block writes: they leave as they arrived."""
-        ready = {k for keys in self.carry_ready_after().values() for k in keys}
+        ready = {k for keys in self._carry_ready.values() for k in keys}
         return tuple(k for k in self.carry_out if k not in ready)
 
     @classmethod
