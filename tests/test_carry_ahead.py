@@ -110,6 +110,54 @@ def test_a_handed_on_key_goes_on_as_received_and_its_gradient_adds_the_later_sta
         assert torch.equal(back[3], total)
 
 
+class _Clock:
+    """A clock that moves only while a receive is waited for (``_SlowComm``'s works)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class _SlowComm(_Comm):
+    def __init__(self, rank, inbox, clock):
+        super().__init__(rank, inbox)
+        self.clock = clock
+
+    def irecv(self, buf, src, tag, category):
+        super().irecv(buf, src, tag, category)
+        clock, log = self.clock, self.log
+
+        class _Slow(_Work):
+            def wait(self):
+                clock.now += 0.5
+                super().wait()
+        return _Slow(log, ("recv", src, tag))
+
+
+def test_waiting_for_a_carry_key_is_counted_as_waiting_and_nothing_else(monkeypatch):
+    """The runtime books ``wait_s`` as waiting for a neighbour and the rest of the carry's
+    calls as de/encoding: every receive's wait is in it, and only the waits."""
+    from gnnpipe.parallel.pipeline import carry as carry_mod
+
+    clock = _Clock()
+    monkeypatch.setattr(carry_mod, "time", clock)
+    units = _units()
+    g = torch.Generator().manual_seed(1)
+    comm = _SlowComm(1, {(0, _TAG): torch.randn(N, D, generator=g), (2, _TAG + 1): torch.randn(N, D, generator=g)},
+                     clock)
+    ahead = CarryAhead(comm, _stage(StageUnits.of(units, 2, 4)), D, FLOAT32, epoch=1)
+    ahead.post_forward()
+    ahead.take_forward()
+    assert ahead.wait_s == 0.5
+    ahead.post_backward()
+    ahead.grads_for_backward()  # a handed-on key: nothing waited for here
+    assert ahead.wait_s == 0.5
+    ahead.send_grads({"h0": torch.zeros(N, D)})  # waits for the later stages' part
+    assert ahead.wait_s == 1.0
+
+
 def test_a_key_written_here_leaves_from_the_forward_and_its_gradient_enters_the_backward():
     units = _units()
     later = torch.randn(N, D)

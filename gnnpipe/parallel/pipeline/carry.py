@@ -33,6 +33,8 @@ with ``carry_apart`` counts them.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from gnnpipe.wire import KIND_CARRY, MAX_CARRY_KEYS, Wire, message_site
@@ -65,6 +67,7 @@ class CarryAhead:
         self.unit_in = stage.first_unit  # the boundary before this stage is named by its first unit
         self.unit_out = stage.first_unit + len(stage.units)
         self.sends: list = []
+        self.wait_s = 0.0  # seconds spent waiting for arriving keys (the runtime books the rest as de/encoding)
         self._fwd: dict = {}
         self._bwd: dict = {}
 
@@ -87,7 +90,7 @@ class CarryAhead:
         carry = {}
         for key in self.keys_in:
             buf, work = self._fwd.pop(key)
-            work.wait()
+            self._wait(work)
             if key in self.passed:
                 i = self.keys_out.index(key)
                 self.sends.append(self.comm.isend(buf, self.s + 1, tag=_TAG + 2 * i, category="pipe_act"))
@@ -116,7 +119,7 @@ class CarryAhead:
         for key in self.keys_out:
             if key not in self.passed:
                 buf, work = self._bwd.pop(key)
-                work.wait()
+                self._wait(work)
                 out[key] = self._decode(buf)
         return out
 
@@ -127,10 +130,15 @@ class CarryAhead:
             g = own[key]
             if key in self.passed:
                 buf, work = self._bwd.pop(key)
-                work.wait()
+                self._wait(work)
                 g = g + self._decode(buf)
             msg = self._encode(g, i, self.unit_in, backward=True)
             self.sends.append(self.comm.isend(msg, self.s - 1, tag=_TAG + 2 * i + 1, category="pipe_grad"))
+
+    def _wait(self, work) -> None:
+        t0 = time.perf_counter()
+        work.wait()
+        self.wait_s += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ the wire
     def _buffer(self) -> torch.Tensor:

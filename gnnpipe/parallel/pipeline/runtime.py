@@ -197,13 +197,16 @@ class PipelineExecutor(Executor):
         tag = "F" if a.kind == ActionKind.RECV_F else "B"
         buf, work = run.recvs.pop((tag, k))
         t0 = time.perf_counter()
-        carry_msgs = {}  # a one-chunk epoch: the carry's own messages (the handed-on keys go on first)
+        carry_msgs, carry_work = {}, 0.0  # a one-chunk epoch: the carry's own messages (handed-on keys go on first)
         if run.ahead is not None:
+            w0 = run.ahead.wait_s
             carry_msgs = run.ahead.take_forward() if tag == "F" else run.ahead.grads_for_backward()
+            carry_work = (time.perf_counter() - t0) - (run.ahead.wait_s - w0)  # decoding, not waiting
         work.wait()
         t1 = time.perf_counter()
-        run.bubble += t1 - t0
-        run.spent["wait_recv"] += t1 - t0
+        run.bubble += t1 - t0 - carry_work
+        run.spent["wait_recv"] += t1 - t0 - carry_work
+        run.spent["decode"] += carry_work
         d = st.in_dim if tag == "F" else st.out_dim
         if self.wire.lossy:
             buf = self.wire.decode(buf, run.in_w if tag == "F" else run.out_w)
@@ -251,9 +254,12 @@ class PipelineExecutor(Executor):
         run.sends.append(self.comm.isend(run.outbox.pop(("B", a.chunk)), a.peer, tag=2 * a.chunk + 1,
                                          category="pipe_grad"))
         if run.ahead is not None:  # then the carry's gradients (waiting for the later stages' part)
-            t0 = time.perf_counter()
+            t0, w0 = time.perf_counter(), run.ahead.wait_s
             run.ahead.send_grads(run.carry_grads)
-            run.spent["wait_recv"] += time.perf_counter() - t0
+            waited = run.ahead.wait_s - w0
+            run.bubble += waited
+            run.spent["wait_recv"] += waited
+            run.spent["encode"] += time.perf_counter() - t0 - waited
 
     def _on_opt(self, run: "_EpochRun", a) -> None:
         t0 = time.perf_counter()
