@@ -107,6 +107,10 @@ class TrainConfig:
                           "whole part, as one chunk: exact forward and backward, the stages take turns instead of "
                           "overlapping) and write the history the stale epochs between them read (0: off); "
                           "docs/convergence-notes.md")
+    drift_bound: float = _m(0.0, "pipeline/hybrid: epoch 0 runs exact, and so does every epoch after a stale epoch "
+                            "whose history rows moved by more than this fraction (RMS relative change of the rows "
+                            "it rewrote; about 0.45 where the stale pipeline trains, 1 and more where it collapses); "
+                            "0: off; not with --exact-every; docs/convergence-notes.md")
     snapshot_period: int = _m(0, "refresh the historical-embedding snapshot every K epochs (0: off, the default: the "
                               "paper's K = 23 keeps stale rows up to K epochs old, which cost 2 points of Squirrel "
                               "GCNII-32 at 60 epochs; docs/convergence-notes.md)")
@@ -196,6 +200,16 @@ class TrainConfig:
             raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
                                "--mode graph (drop --exact-every)")
+        if not (isinstance(self.drift_bound, (int, float)) and math.isfinite(self.drift_bound)
+                and self.drift_bound >= 0):
+            bad("drift_bound", self.drift_bound, "a number >= 0 (0: off)")
+        if self.drift_bound and self.mode == "graph":
+            raise GnnpipeError(f"--drift-bound {self.drift_bound:g}: exact epochs between stale ones are for the "
+                               "stale modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
+                               "--mode graph (drop --drift-bound)")
+        if self.drift_bound and self.exact_every:
+            raise GnnpipeError(f"--drift-bound {self.drift_bound:g} and --exact-every {self.exact_every} each choose "
+                               "the exact epochs: keep one of them")
         if not 0.0 <= self.dropout < 1.0:
             bad("dropout", self.dropout, "a probability in [0, 1)")
         if self.lr <= 0:

@@ -45,6 +45,10 @@ GRAPH = dict(SMALL, mode="graph", model="gcn", layers=3)
 # Stale pipeline: 8 chunks on 2 stages, history read, snapshot every 3 epochs (so the saved
 # state holds a snapshot that differs from the live history).
 PIPE = dict(SMALL, mode="pipeline", model="gcnii", layers=4, snapshot_period=3)
+# Drift-bounded exact epochs: the bound sits among the drifts (0.79-0.84, each at least 0.01
+# from it), so epochs 0, 2 and 7 run exact: the kind of epoch 6, after the checkpoint of
+# epoch 5, is state the checkpoint carries.
+PIPE_DRIFT = dict(PIPE, drift_bound=0.82)
 # Metrics that must match exactly between runs (the rest are times and memory).
 KEYS = ("loss", "train_acc", "val_acc", "test_acc")
 
@@ -105,7 +109,7 @@ def test_commit_layout_keeps_newest_two_and_hashes_files(tmp_path):
     assert payload["executor"]["kind"] == "graph"
 
 
-@pytest.mark.parametrize("base", [GRAPH, PIPE], ids=["graph", "pipeline-stale"])
+@pytest.mark.parametrize("base", [GRAPH, PIPE, PIPE_DRIFT], ids=["graph", "pipeline-stale", "pipeline-drift-bound"])
 def test_resume_equals_uninterrupted_one_process(tmp_path, base):
     ref = tmp_path / "ref"
     _train1(ref, **base, epochs=9)
@@ -118,6 +122,12 @@ def test_resume_equals_uninterrupted_one_process(tmp_path, base):
     summary = _train1(run, **{**base, "eval_every": 2}, epochs=9, checkpoint_every=2, resume=str(run))
     _same_metrics(_metrics(run), _metrics(ref), f"{base['mode']} resumed from epoch 5")
     _kept_from(before, _metrics(run), 5)
+    exact = [bool(r.get("exact")) for r in _metrics(ref)]
+    assert [bool(r.get("exact")) for r in _metrics(run)] == exact
+    if base.get("drift_bound"):
+        assert exact == [True, False, True, False, False, False, False, True, False], exact
+        np.testing.assert_allclose([r.get("drift", -1) for r in _metrics(run)],
+                                   [r.get("drift", -1) for r in _metrics(ref)], rtol=1e-6)
     assert summary["epochs"] == 9
     assert json.loads((run / "config.json").read_text())["resumed_from"].endswith("epoch-5")
     ref_summary = json.loads((ref / "summary.json").read_text())

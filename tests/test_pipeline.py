@@ -52,14 +52,18 @@ def stale_reference(epochs: int, chunks: int, ways: int = 1, **kw) -> dict:
     rg = relabel_graph(g, plan)
     model = build_model(model_config(cfg, g), seed=cfg.seed)
     opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period,
-                        grad_scale=cfg.grad_scale, refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every)
+                        grad_scale=cfg.grad_scale, refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every,
+                        drift_bound=cfg.drift_bound)
     ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm, ways=ways)
-    losses, grads = [], None
+    losses, grads, exact, drift = [], None, [], []
     for e in range(epochs):
+        exact.append(ref.next_exact if cfg.drift_bound else bool(cfg.exact_every) and e % cfg.exact_every == 0)
         losses.append(ref.epoch(e))
+        drift.append(ref.drift if not exact[-1] else None)
         if e == 0:
             grads = _unit_grads(model.units)
-    return {"losses": losses, "grads": grads, "graph": g, "cfg": cfg, "plan": plan, "relabelled": rg}
+    return {"losses": losses, "grads": grads, "graph": g, "cfg": cfg, "plan": plan, "relabelled": rg,
+            "exact": exact, "drift": drift}
 
 
 def _compare(ranks: list[dict], ref: dict, where: str) -> None:
@@ -194,6 +198,76 @@ def test_exact_epochs_are_the_one_process_epochs_and_feed_the_stale_ones():
     assert alt[1] != pytest.approx(stale[1], rel=1e-4)
 
 
+def _same_schedule(ranks: list[dict], ref: dict, where: str) -> None:
+    """Every rank ran the oracle's exact epochs and measured its drifts (rule 9)."""
+    for r in ranks:
+        assert r["exact"] == ref["exact"], (where, r["exact"], ref["exact"])
+        got = [d is None for d in r["drift"]]
+        assert got == [d is None for d in ref["drift"]], where
+        np.testing.assert_allclose([d for d in r["drift"] if d is not None],
+                                   [d for d in ref["drift"] if d is not None], rtol=1e-4, err_msg=where)
+
+
+def test_drift_bounded_exact_epochs_equal_the_reference():
+    """Rule 9 on 2 stages and on a 2 x 2 hybrid: epoch 0 exact, then an exact epoch after
+    each stale epoch whose history drift (summed over the stages and ways) exceeded the
+    bound; with a snapshot and a refreshed epoch 1 (whose drift is 0: the refresh wrote
+    the rows the chunks then write). The bounds sit among the drifts, so the schedule mixes
+    both kinds: the same epochs, drifts, losses and gradients as the oracle."""
+    runs = [dict(model="gcn", layers=4, epochs=10, chunks=5, snapshot_period=4, refresh_epochs=2, drift_bound=0.85),
+            dict(model="gcnii", layers=4, epochs=10, chunks=5, snapshot_period=4, refresh_epochs=2, drift_bound=0.85)]
+    res = run_ranks("helpers.rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ref = stale_reference(**run)
+        assert True in ref["exact"][1:] and False in ref["exact"][1:], ref["exact"]  # a mixed schedule
+        where = f"stale {run['model']} S=2 drift_bound={run['drift_bound']}"
+        _compare([r[i] for r in res], ref, where)
+        _same_schedule([r[i] for r in res], ref, where)
+    hyb = [dict(model="gcnii", layers=4, epochs=8, mode="hybrid", ways=2, stages=2, chunks=3, drift_bound=0.85)]
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": hyb}, env=ENV, timeout_s=300)
+    ref = stale_reference(**{k: v for k, v in hyb[0].items() if k not in ("mode", "stages")})
+    assert True in ref["exact"][1:] and False in ref["exact"][1:], ref["exact"]
+    _compare([r[0] for r in res[:2]], ref, "stale hybrid gcnii 2x2 drift_bound")
+    _compare([r[0] for r in res[2:]], ref, "stale hybrid gcnii 2x2 drift_bound (way 1)")
+    _same_schedule([r[0] for r in res], ref, "stale hybrid gcnii 2x2 drift_bound")
+
+
+def test_the_drift_bound_decides_which_epochs_are_exact():
+    """In the oracle: a bound every drift exceeds alternates exact and stale epochs (the
+    losses of ``exact_every`` 2); a bound none reaches leaves epoch 0 exact and every later
+    epoch stale, each measuring a drift > 0; epoch 0's loss is the one-process loss."""
+    exact = full_graph_run(epochs=1, model="gcnii", layers=4)["losses"]
+    low = stale_reference(epochs=6, chunks=4, model="gcnii", layers=4, drift_bound=1e-9)
+    every2 = stale_reference(epochs=6, chunks=4, model="gcnii", layers=4, exact_every=2)
+    assert low["exact"] == [True, False] * 3 and low["losses"] == every2["losses"]
+    high = stale_reference(epochs=6, chunks=4, model="gcnii", layers=4, drift_bound=1e9)
+    assert high["exact"] == [True] + [False] * 5 and all(d > 0 for d in high["drift"][1:])
+    assert high["losses"][0] == pytest.approx(exact[0], rel=1e-5) and high["losses"][2:] != low["losses"][2:]
+
+
+def test_drift_bounded_schedule_survives_a_checkpoint():
+    """The next epoch's kind is state: it is saved and restored (an old checkpoint without
+    it keeps the default), and the fixed schedule has none to restore."""
+    from gnnpipe.parallel.executor import StaleOptions
+    from gnnpipe.parallel.pipeline.exact_epochs import ExactEpochs, drift_of
+
+    ee = ExactEpochs(StaleOptions(drift_bound=0.5))
+    assert ee.is_exact(0)
+    ee.record(True, None)
+    assert not ee.is_exact(1)
+    ee.record(False, 0.7)
+    saved = ee.state_dict()
+    again = ExactEpochs(StaleOptions(drift_bound=0.5))
+    again.record(True, None)
+    again.load_state_dict(saved)
+    assert again.is_exact(2) and saved == {"next_exact": True}
+    again.load_state_dict(None)
+    assert again.is_exact(2)
+    fixed = ExactEpochs(StaleOptions(exact_every=3))
+    assert [fixed.is_exact(e) for e in range(4)] == [True, False, False, True] and not fixed.measures_drift
+    assert drift_of(torch.tensor([9.0, 4.0], dtype=torch.float64)) == 1.5 and drift_of(torch.zeros(2)) == 0.0
+
+
 def test_exact_epochs_are_refused_in_graph_mode():
     from gnnpipe.config import TrainConfig
     from gnnpipe._base import GnnpipeError
@@ -201,6 +275,14 @@ def test_exact_epochs_are_refused_in_graph_mode():
     with pytest.raises(GnnpipeError, match="--exact-every 2: .*not --mode graph"):
         TrainConfig(mode="graph", exact_every=2)
     assert TrainConfig(mode="hybrid", ways=2, exact_every=2).exact_every == 2
+    with pytest.raises(GnnpipeError, match="--drift-bound 0.5: .*not --mode graph"):
+        TrainConfig(mode="graph", drift_bound=0.5)
+    with pytest.raises(GnnpipeError, match="--drift-bound 0.5 and --exact-every 2 .*keep one"):
+        TrainConfig(mode="pipeline", drift_bound=0.5, exact_every=2)
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(GnnpipeError, match="drift_bound"):
+            TrainConfig(mode="pipeline", drift_bound=bad)
+    assert TrainConfig(mode="hybrid", ways=2, drift_bound=0.7).drift_bound == 0.7
 
 
 @pytest.mark.parametrize("ways", [1, 2])

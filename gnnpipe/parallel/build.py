@@ -186,7 +186,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     stage = PipelineStage(block, chunks, rg.num_nodes, opts, seed, features=feats, targets=targets,
                           source=source, hist_dtype=getattr(torch, history_dtype))
     exact_stage = None
-    if opts.exact_every:  # stage.py rule 8: the same units over one chunk, writing this history
+    if opts.has_exact_epochs:  # stage.py rules 8, 9: the same units over one chunk, writing this history
         exact_stage = _exact_epoch_stage(rg, plan, deg, way, block, stage, x, x_rows, targets, cross, wire,
                                          seed, device)
     for u in units[a:b]:

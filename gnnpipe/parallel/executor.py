@@ -37,6 +37,8 @@ class EpochResult:
         bubble_s: pipeline stages: time spent waiting for a neighbour stage (0 in graph mode).
         actions: pipeline stages: seconds by kind of work (:data:`ACTION_KINDS`), what
             ``gnnpipe-train --profile-actions`` records; empty in graph mode.
+        exact: a stale run's exact epoch (``--exact-every``, ``--drift-bound``).
+        drift: with ``--drift-bound``, a stale epoch's history drift (the same on every rank).
     """
 
     loss: float
@@ -46,6 +48,8 @@ class EpochResult:
     comm_s: float
     bubble_s: float = 0.0
     actions: dict = field(default_factory=dict)
+    exact: bool = False
+    drift: float | None = None
 
 
 #: A pipeline stage's epoch by kind of work: ``forward`` and ``backward`` (the units'
@@ -77,20 +81,22 @@ class StaleOptions:
     snapshot_period: int = 0
     refresh_epochs: int = 0
     exact_every: int = 0
+    drift_bound: float = 0.0
 
     @classmethod
     def resolve(cls, exact: bool, shuffle: bool = True, grad_fix: bool = True,
                 snapshot_period: int = 0, grad_scale: float = 2.0, refresh_epochs: int = 0,
-                exact_every: int = 0) -> "StaleOptions":
+                exact_every: int = 0, drift_bound: float = 0.0) -> "StaleOptions":
         """The options a run uses: in exact mode no gradient fix, no snapshot, no refresh,
         no exact epochs (every epoch is)."""
         return cls(exact=exact, shuffle=shuffle, grad_fix=grad_fix and not exact, grad_scale=grad_scale,
                    snapshot_period=0 if exact else snapshot_period, refresh_epochs=0 if exact else refresh_epochs,
-                   exact_every=0 if exact else exact_every)
+                   exact_every=0 if exact else exact_every, drift_bound=0.0 if exact else drift_bound)
 
-    def exact_epoch(self, epoch: int) -> bool:
-        """Whether epoch ``epoch`` of a stale run is one of ``exact_every``'s exact epochs."""
-        return bool(self.exact_every) and epoch % self.exact_every == 0
+    @property
+    def has_exact_epochs(self) -> bool:
+        """Whether a stale run has exact epochs between its stale ones (rules 8 and 9)."""
+        return bool(self.exact_every) or self.drift_bound > 0
 
 
 OutputHook = Callable[[torch.Tensor], None]

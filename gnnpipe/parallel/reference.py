@@ -7,7 +7,9 @@ matrix; cross-chunk gradients are read off the gradient of that whole matrix. Th
 the ones the pipeline module documents (chunk order, history, cross-chunk gradients scaled by
 ``grad_scale`` when fresh and dropped when stale, snapshots, the history refresh of the first
 ``refresh_epochs`` epochs, the exact epochs of ``exact_every``: one chunk of all N nodes,
-whose rows are written into the history as any chunk's). Because every rule is local to
+whose rows are written into the history as any chunk's; with ``drift_bound``, epoch 0 and
+every epoch after a stale epoch whose history rows moved by more than the bound, measured
+here over the whole ``[N, d]`` matrices as each chunk overwrites its rows). Because every rule is local to
 one unit, the result does not depend on how units are split into stages: the distributed
 runtime with any number of stages must reproduce it.
 
@@ -97,6 +99,8 @@ class StaleReference:
         n = graph.num_nodes
         self.H = {i: torch.zeros(n, u.in_dim) for i, u in enumerate(model.units) if u.aggregates and i > 0}
         self.G = {i: torch.zeros_like(h) for i, h in self.H.items()}
+        self.next_exact = opts.drift_bound > 0  # drift-bounded exact epochs: epoch 0 is exact
+        self.drift: float | None = None  # the last stale epoch's, with drift_bound
         self.snap = None
         self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
 
@@ -133,6 +137,9 @@ class StaleReference:
         C = self.C // D
         cp, blocks = self.cp, self.blocks
         grad_fix, exact = o.grad_fix, bool(o.exact_every) and epoch % o.exact_every == 0
+        if o.drift_bound:
+            exact = self.next_exact
+        moved = torch.zeros(2, dtype=torch.float64)  # Σ‖new − old‖², Σ‖new‖² of the stale writes
         if exact:  # one chunk of every node: nothing read from the history, no cross-chunk gradient
             D, C, cp, blocks, grad_fix = 1, 1, [0, self.g.num_nodes], [self.whole], False
         order = chunk_order(C, epoch, self.seed, o.shuffle)
@@ -154,7 +161,10 @@ class StaleReference:
             for i, u in enumerate(self.model.units):
                 if u.aggregates and i > 0:
                     for c in slot:
-                        self.H[i][cp[c] : cp[c + 1]] = hs[c].detach()
+                        new, old = hs[c].detach(), self.H[i][cp[c] : cp[c + 1]]
+                        moved += torch.stack([(new - old).square().sum(dtype=torch.float64),
+                                              new.square().sum(dtype=torch.float64)])
+                        self.H[i][cp[c] : cp[c + 1]] = new
                 for c in slot:
                     lo, hi = cp[c], cp[c + 1]
                     h = hs[c]
@@ -198,6 +208,9 @@ class StaleReference:
             g.zero_()
         if o.snapshot_period and (epoch + 1) % o.snapshot_period == 0:
             self.snap = {i: h.clone() for i, h in self.H.items()}
+        if o.drift_bound:
+            self.drift = None if exact else (float(moved[0] / moved[1]) ** 0.5 if moved[1] > 0 else 0.0)
+            self.next_exact = not exact and self.drift > o.drift_bound
         if step:
             self.opt.step()
         return total

@@ -294,6 +294,10 @@ def _train_epoch(run: _Run, epoch: int, watch: FiniteWatch, reduce: Reducer,
         # Every rank sees the same reduced loss, so every rank takes this branch.
         raise NonFiniteLossError(nonfinite_message(cfg, comm, ex.dims, watch, res, loss, epoch, run.out))
     rec = epoch_record(epoch, sums, maxes)
+    if res.exact:  # a stale run's exact epoch (--exact-every, --drift-bound): the same on every rank
+        rec["exact"] = True
+    if res.drift is not None:  # --drift-bound: the stale epoch's history drift, already over every rank
+        rec["drift"] = res.drift
     if ex.device.type == "cuda":  # this epoch's peak of every rank's GPU memory, MiB
         rec["peak_gpu_mem_mb"] = gpu_peaks(reduce, comm, device.peak_memory(ex.device))
     return rec, res, accs

@@ -78,7 +78,8 @@ def executor_for_config(cfg: TrainConfig, comm, graph, user: UserChain | None = 
     plan = plan_for(cfg, graph, dims)
     opts = StaleOptions.resolve(cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix,
                                 snapshot_period=cfg.snapshot_period, grad_scale=cfg.grad_scale,
-                                refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every)
+                                refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every,
+                                drift_bound=cfg.drift_bound)
     ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
                               history_dtype=cfg.history_dtype, device=compute_device(cfg, comm),

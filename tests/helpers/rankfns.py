@@ -66,7 +66,7 @@ def pipeline_run(comm, epochs: int = 3, **kw) -> dict:
     graph = load_graph_for(cfg)
     ex, plan = executor_for_config(cfg, comm, graph)
     a = ex.stage.first_unit
-    losses, grads, sent = [], None, None
+    losses, grads, sent, exact, drift = [], None, None, [], []
     for e in range(epochs):
         before = comm.stats.snapshot()
         r = ex.train_epoch(e)
@@ -74,12 +74,14 @@ def pipeline_run(comm, epochs: int = 3, **kw) -> dict:
         t = torch.tensor([r.loss], dtype=torch.float64)
         comm.all_reduce(t, op="sum", category="metrics")
         losses.append(float(t))
+        exact.append(r.exact)
+        drift.append(r.drift)
         if e == 0:
             grads = _unit_grads(ex.stage.units, a)
             sent = {k: after["bytes_sent"].get(k, 0) - before["bytes_sent"].get(k, 0) for k in after["bytes_sent"]}
     acc = ex.evaluate(epochs)
     return {"first_unit": a, "num_units": len(ex.stage.units), "grads": grads, "losses": losses,
-            "bytes": sent, "acc": acc, "num_nodes": graph.num_nodes}
+            "bytes": sent, "acc": acc, "num_nodes": graph.num_nodes, "exact": exact, "drift": drift}
 
 
 def many(comm, fn: str, runs: list) -> list:

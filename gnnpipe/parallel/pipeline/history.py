@@ -21,6 +21,11 @@ ways) adds the same trio over those rows: ``R_u`` (:attr:`History.remote`) besid
 its gradient ``GR_u`` (:attr:`History.gremote`) beside ``G_u`` and ``RS_u``
 (:attr:`History.rsnap`) beside ``S_u``, taken, restored and checkpointed at the same points.
 
+With ``measure_drift`` the history also measures how far the rows a stale epoch's chunks
+write moved from the rows they replace (the rows a reader of a chunk that had not run yet
+saw): :meth:`write_chunk` sums ``‖new − old‖²`` and ``‖new‖²``, :meth:`take_drift` hands the
+sums over (stage.py rule 9).
+
 This object owns the buffers and the phase rules only; which rows a chunk writes and reads
 is the stage's, how remote rows travel is the neighbour source's. It never communicates and
 needs no model, so a test drives it rule by rule in one process.
@@ -59,6 +64,8 @@ class History:
         self.rsnap: dict[int, torch.Tensor] | None = None
         self.epoch = 0
         self.backward_phase = False
+        self.measure_drift = False
+        self._drift = torch.zeros(2, dtype=torch.float64, device=device)  # Σ‖new − old‖², Σ‖new‖²
         for pos, d in dims.items():
             self.hist[pos] = torch.zeros(rows, d, dtype=dtype, device=device)
             if grad_fix:
@@ -120,6 +127,24 @@ class History:
         for g in list(self.gacc.values()) + list(self.gremote.values()):
             g.zero_()
         self.backward_phase = False
+
+    def write_chunk(self, pos: int, lo: int, hi: int, rows: torch.Tensor) -> None:
+        """A stale epoch's chunk writes its input rows of unit ``pos`` into rows ``[lo, hi)`` of
+        ``H_u`` (detached, rounded to the buffers' dtype); with :attr:`measure_drift`, first
+        adds how far they moved from the rows they replace to the epoch's drift sums."""
+        h = self.hist[pos][lo:hi]
+        new = rows.detach()
+        if self.measure_drift:
+            self._drift[0] += (new.float() - h.float()).square().sum(dtype=torch.float64)
+            self._drift[1] += new.float().square().sum(dtype=torch.float64)
+        h.copy_(new)
+
+    def take_drift(self) -> torch.Tensor:
+        """The drift sums of the writes since the last call, ``[Σ‖new − old‖², Σ‖new‖²]``
+        (float64, on the buffers' device); the sums restart at zero."""
+        out = self._drift.clone()
+        self._drift.zero_()
+        return out
 
     def write_whole(self, pos: int, rows: torch.Tensor, halo: torch.Tensor | None = None) -> None:
         """An exact epoch's rows of unit ``pos`` (rule 8): every row of ``H_u`` and, with

@@ -31,6 +31,7 @@ from gnnpipe.models import RunCtx
 from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, allreduce_grads,
                                        reduce_accuracies, wait_seconds)
 from gnnpipe.parallel.pipeline.carry import CarryAhead
+from gnnpipe.parallel.pipeline.exact_epochs import ExactEpochs, drift_of
 from gnnpipe.parallel.pipeline.shared_input import SharedInput
 from gnnpipe.parallel.pipeline.stage import PipelineStage
 from gnnpipe.wire import FLOAT32, KIND_PIPE, Wire, message_site
@@ -53,8 +54,9 @@ class PipelineExecutor(Executor):
         cross: hybrid mode: the stage communicator across ways (weight all-reduce).
         world: the world communicator (evaluation counts); ``comm`` by default.
         wire: the wire format of training chunk messages (float32 by default).
-        exact_stage: with ``opts.exact_every``, the stage of the exact epochs (the same units
-            over one chunk spanning the whole graph, writing ``stage``'s history).
+        exact_stage: with ``opts.exact_every`` or ``opts.drift_bound``, the stage of the exact
+            epochs (the same units over one chunk spanning the whole graph, writing ``stage``'s
+            history).
         shared_input: ``--shared-input``: this stage's part of the first layer's transform
             (:class:`SharedInput`), run around every stale training epoch.
     """
@@ -62,9 +64,10 @@ class PipelineExecutor(Executor):
     def __init__(self, comm, stage: PipelineStage, optimizer, dims: ParallelDims, carry_dim: int,
                  cross=None, world=None, wire: Wire = FLOAT32, exact_stage: PipelineStage | None = None,
                  shared_input: SharedInput | None = None) -> None:
-        if stage.opts.exact_every and exact_stage is None:
-            raise GnnpipeError("internal: exact_every without the stage of the exact epochs")
+        if stage.opts.has_exact_epochs and exact_stage is None:
+            raise GnnpipeError("internal: exact epochs without the stage of the exact epochs")
         self.exact_stage = exact_stage
+        self.exact_epochs = ExactEpochs(stage.opts)
         self.shared_input = shared_input
         self.comm = comm
         self.cross = cross
@@ -127,10 +130,14 @@ class PipelineExecutor(Executor):
         start of the epoch (so transfers overlap compute), ``SEND_*`` posts a non-blocking
         send that is waited for only at the end of the epoch, ``F``/``B`` compute, ``OPT``
         steps the optimizer. Each kind has one handler (:attr:`_HANDLERS`); the state they
-        share for the epoch is an :class:`_EpochRun`. An exact epoch
-        (``StaleOptions.exact_every``) runs the exact stage: one chunk.
+        share for the epoch is an :class:`_EpochRun`. An exact epoch (:attr:`exact_epochs`:
+        ``--exact-every`` or ``--drift-bound``) runs the exact stage: one chunk. With
+        ``--drift-bound`` a stale epoch ends by adding its history drift over every rank
+        (a collective), which decides the next epoch.
         """
-        st = self.exact_stage if self.opts.exact_epoch(epoch) else self.stage
+        exact = self.exact_epochs.is_exact(epoch)
+        st = self.exact_stage if exact else self.stage
+        self.stage.history.measure_drift = self.exact_epochs.measures_drift and not exact
         C = len(st.chunks)
         t_start = time.perf_counter()
         wait0 = wait_seconds(self.comm)
@@ -170,6 +177,14 @@ class PipelineExecutor(Executor):
                 raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
             handler(self, run, a)
         st.end_epoch()
+        drift = None
+        if self.exact_epochs.measures_drift:
+            sums = self.stage.history.take_drift().cpu()  # (zeros after an exact epoch)
+            if not exact:
+                if self.world.world_size > 1:
+                    self.world.all_reduce(sums, op="sum", category="control")
+                drift = drift_of(sums)
+            self.exact_epochs.record(exact, drift)
         loss = float(run.loss_sum)  # (the epoch's one wait for the device)
         correct, total = (int(c) for c in run.counts.tolist())
         wall = time.perf_counter() - t_start
@@ -177,7 +192,8 @@ class PipelineExecutor(Executor):
         spent = run.spent
         spent["gather"] = st.gather_s
         spent["other"] = max(0.0, wall - sum(v for k, v in spent.items() if k != "gather"))
-        return EpochResult(loss, correct, total, wall - comm_s, comm_s, run.bubble, spent)
+        return EpochResult(loss, correct, total, wall - comm_s, comm_s, run.bubble, spent,
+                           exact=exact, drift=drift)
 
     # ------------------------------------------------------------------ action handlers
     def _post(self, run: "_EpochRun", kind: ActionKind) -> None:
@@ -297,7 +313,8 @@ class PipelineExecutor(Executor):
         are pure functions of (seed, epoch), so this is everything a resume needs.
         """
         return {"kind": "pipeline", **self.stage.state_dict(),
-                "opt": self.opt.state_dict() if hasattr(self.opt, "state_dict") else {}}
+                "opt": self.opt.state_dict() if hasattr(self.opt, "state_dict") else {},
+                "exact_epochs": self.exact_epochs.state_dict()}
 
     def owned_units(self) -> dict[int, dict]:
         st = self.stage
@@ -307,6 +324,7 @@ class PipelineExecutor(Executor):
         self.stage.load_state_dict(state)
         if hasattr(self.opt, "load_state_dict"):
             self.opt.load_state_dict(state["opt"])
+        self.exact_epochs.load_state_dict(state.get("exact_epochs"))
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict:

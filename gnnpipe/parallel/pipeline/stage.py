@@ -62,6 +62,12 @@ independent one-process implementation of the same rules, used as the tests' ora
    Every other epoch follows rules 1–5. Measured (docs/convergence-notes.md): the stale
    backward's gradient is biased in a way no rule that keeps it chunked removed; an exact
    step every N epochs pulls the weights back towards exact training's path.
+9. **Drift-bounded exact epochs** (``drift_bound`` B; 0 = off; pipeline and hybrid; not with
+   rule 8). Epoch 0 runs exact (rule 8's way), and so does every epoch after a stale epoch
+   whose history drift exceeded B: ``sqrt(Σ‖new − old‖² / Σ‖new‖²)`` over every row its
+   chunks wrote into any ``H_u`` (rule 2's writes, before the write; every stage and way),
+   the relative change of the rows a chunk that ran before their own read stale. Which
+   epochs those are, and why the measure, is :mod:`.exact_epochs`'.
 
 Weight gradients accumulate over the chunks; each stage steps its optimizer once per epoch.
 With the shared input layer (``--shared-input``, :mod:`.shared_input`) the first unit's
@@ -333,7 +339,7 @@ class PipelineStage:
                 else:
                     hist = self.history.hist[pos]
                     if training:
-                        hist[ch.lo - r0 : ch.hi - r0] = h.detach()
+                        self.history.write_chunk(pos, ch.lo - r0, ch.hi - r0, h)
                         if self.opts.grad_fix and h.requires_grad:
                             h = InjectGrad.apply(h, self, pos, k)
                     m = ch.nbr_ids.numel()
