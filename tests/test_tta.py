@@ -91,6 +91,30 @@ def test_exact_epochs_are_timed_and_counted_apart():
     assert "(exact every 2: 3.000)" in tta.table(rows, target)
 
 
+def test_drift_bounded_runs_count_their_own_exact_epochs():
+    """--drift-bound: which epochs ran exact is the run's own (metrics.jsonl's ``exact``,
+    the curve's ``exact_epochs``); each seed's time to target counts its own."""
+    assert tta.drift_bounded(["--drift-bound", "0.7"]) and tta.drift_bounded(["--drift-bound=0.5"])
+    assert not tta.drift_bounded(["--drift-bound", "0"]) and not tta.drift_bounded(["--exact-every", "2"])
+    assert tta.seconds_to(4, 1.0, 3.0, 0, [0, 3]) == pytest.approx(2 * 3.0 + 2 * 1.0)
+    assert tta.seconds_to(3, 1.0, 3.0, 0, [0, 3]) == pytest.approx(3.0 + 2 * 1.0)
+    recs = [{"epoch": 0, "epoch_time_s": 9.0, "exact": True}, {"epoch": 1, "epoch_time_s": 1.0, "drift": 0.9},
+            {"epoch": 2, "epoch_time_s": 3.0, "exact": True}, {"epoch": 3, "epoch_time_s": 1.2, "drift": 0.3},
+            {"epoch": 4, "epoch_time_s": 1.4, "drift": 0.3}]
+    assert tta.epoch_times(recs, 0) == {"epoch_s": pytest.approx(1.2), "exact_epoch_s": 3.0}
+    unmarked = [{k: v for k, v in r.items() if k != "exact"} for r in recs]
+    assert tta.epoch_times(unmarked, 0) == {"epoch_s": pytest.approx(1.3)}  # no marks: every epoch alike
+    flags = ["--drift-bound", "0.7"]
+    pipe = [dict(_curve("pipeline", 0, [0.30, 0.396]), args=flags, exact_epochs=[0, 1]),
+            dict(_curve("pipeline", 1, [0.30, 0.396]), args=flags, exact_epochs=[0])]
+    timing = TIMING[:1] + [{"mode": "pipeline", "wire": "float32", "rate": "50mbit", "epoch_s": 1.0,
+                            "exact_epoch_s": 3.0, "exact_every": 0}]
+    rows, target = tta.summarize(CURVES[:2] + pipe, timing, ["50mbit"])
+    row = next(r for r in rows if r["mode"] == "pipeline")
+    assert row["epochs_to_target"] == [2, 2] and row["tta_s"] == pytest.approx(((3.0 + 3.0) + (3.0 + 1.0)) / 2)
+    assert "(exact: 3.000)" in tta.table(rows, target)
+
+
 def test_report_writes_the_table_and_a_plot(tmp_path):
     d = tmp_path / "squirrel-gcnii32"
     d.mkdir()

@@ -114,16 +114,37 @@ def exact_every_of(args: Sequence[str]) -> int:
     return 0
 
 
+def drift_bounded(args: Sequence[str]) -> bool:
+    """Whether a run's gnnpipe-train flags choose its exact epochs by ``--drift-bound``."""
+    args = [str(a) for a in args]
+    for i, a in enumerate(args):
+        v = args[i + 1] if a == "--drift-bound" and i + 1 < len(args) else (
+            a.split("=", 1)[1] if a.startswith("--drift-bound=") else None)
+        if v is not None:
+            try:
+                return float(v) > 0
+            except ValueError:
+                raise GnnpipeError(f"--drift-bound {v!r}: expected a number >= 0") from None
+    return False
+
+
+def _is_exact(rec: Mapping[str, Any], exact_every: int) -> bool:
+    # metrics.jsonl marks a stale run's exact epochs ("exact"); records written before it did
+    # are --exact-every's epochs e % N == 0
+    if "exact" in rec:
+        return bool(rec["exact"])
+    return bool(exact_every) and rec["epoch"] % exact_every == 0
+
+
 def epoch_times(metrics: Sequence[Mapping[str, Any]], exact_every: int) -> dict[str, float]:
     """Median epoch time of a run's records, the first epoch left out where the kind has
-    others: ``epoch_s`` over its stale epochs and, with ``exact_every``, ``exact_epoch_s``
-    over its exact ones (epochs ``e % exact_every == 0``), which cost more (the stages take
-    turns). A kind the run never trained (a curve stopped at its target early) takes the
-    other's time."""
+    others: ``epoch_s`` over its stale epochs and, with ``exact_every`` or epochs marked
+    ``exact`` (``--drift-bound``'s), ``exact_epoch_s`` over its exact ones (marked, or
+    epochs ``e % exact_every == 0``), which cost more (the stages take turns). A kind the
+    run never trained (a curve stopped at its target early) takes the other's time."""
     def median(kind_exact: bool) -> float | None:
         for eps in (metrics[1:], metrics):  # the first epoch only where it is the kind's one
-            ts = [float(r["epoch_time_s"]) for r in eps
-                  if (bool(exact_every) and r["epoch"] % exact_every == 0) == kind_exact]
+            ts = [float(r["epoch_time_s"]) for r in eps if _is_exact(r, exact_every) == kind_exact]
             if ts:
                 return statistics.median(ts)
         return None
@@ -132,17 +153,22 @@ def epoch_times(metrics: Sequence[Mapping[str, Any]], exact_every: int) -> dict[
         raise GnnpipeError("the run wrote no epochs to metrics.jsonl")
     stale, exact = median(False), median(True)
     out = {"epoch_s": stale if stale is not None else exact}
-    if exact_every:
+    if exact_every or any(r.get("exact") for r in metrics):
         out["exact_epoch_s"] = exact if exact is not None else stale
     return out
 
 
-def seconds_to(epochs: int, epoch_s: float, exact_epoch_s: float | None = None, exact_every: int = 0) -> float:
+def seconds_to(epochs: int, epoch_s: float, exact_epoch_s: float | None = None, exact_every: int = 0,
+               exact_epochs: Sequence[int] | None = None) -> float:
     """Wall time of the first ``epochs`` epochs: ``epoch_s`` each, ``exact_epoch_s`` for the
-    exact ones of ``exact_every``."""
-    if not exact_every or exact_epoch_s is None:
+    exact ones: those listed in ``exact_epochs`` (a run's own, ``--drift-bound``), else those
+    of ``exact_every``."""
+    if exact_epoch_s is None or (not exact_every and exact_epochs is None):
         return epochs * epoch_s
-    n_exact = (epochs + exact_every - 1) // exact_every  # epochs 0, N, 2N, ... below ``epochs``
+    if exact_epochs is not None:
+        n_exact = sum(1 for e in exact_epochs if e < epochs)
+    else:
+        n_exact = (epochs + exact_every - 1) // exact_every  # epochs 0, N, 2N, ... below ``epochs``
     return n_exact * exact_epoch_s + (epochs - n_exact) * epoch_s
 
 
@@ -170,7 +196,9 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
         runs = sorted((c for c in curves if (c["mode"], c["wire"]) == (mode, wire)), key=lambda c: c["seed"])
         to = [epochs_to(c, target) for c in runs]
         every = exact_every_of(runs[0].get("args", ()))
+        drift = drift_bounded(runs[0].get("args", ()))
         hit = [e for e in to if e is not None]
+        own = [c.get("exact_epochs") if drift else None for c, e in zip(runs, to) if e is not None]
         summed = [sum(c["epoch_time_s"][: e]) for c, e in zip(runs, to) if e is not None]
         for rate in rates:
             if (mode, wire, rate) not in timed and any(t[:2] == (mode, wire) for t in timed):
@@ -178,13 +206,16 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
             row = {"mode": mode, "wire": wire, "rate": rate, "seeds": len(runs), "reached": len(hit),
                    "target_val": target, "epochs_to_target": to,
                    "best_val": [max(c["val"]) for c in runs], "epoch_s": epoch_s.get((mode, wire, rate))}
-            if every:
+            if every or drift:
                 row["exact_every"], row["exact_epoch_s"] = every, exact_s.get((mode, wire, rate))
+            if drift:
+                row["drift_bound"] = True
             if hit:
                 row["epochs_mean"], row["epochs_sd"] = mean_sd(hit)
-                if row["epoch_s"] is not None and (not every or row["exact_epoch_s"] is not None):
-                    row["tta_s"], row["tta_sd"] = mean_sd([seconds_to(e, row["epoch_s"], row.get("exact_epoch_s"), every)
-                                                           for e in hit])
+                if row["epoch_s"] is not None and (not (every or drift) or row["exact_epoch_s"] is not None):
+                    row["tta_s"], row["tta_sd"] = mean_sd([seconds_to(e, row["epoch_s"], row.get("exact_epoch_s"), every,
+                                                                      ex)
+                                                           for e, ex in zip(hit, own)])
                 if rate in ("unshaped", "local") and summed:  # the rate the curves ran at
                     row["summed_s"] = statistics.mean(summed)
             rows.append(row)
@@ -208,9 +239,9 @@ def table(rows: Sequence[Mapping[str, Any]], target: float) -> str:
         if r["reached"] and r["reached"] < r["seeds"]:
             tta += f" ({r['seeds'] - r['reached']} seed(s) never reached it)"
         ep = "–" if r["epoch_s"] is None else f"{r['epoch_s']:.3f}"
-        if r.get("exact_every"):
+        if r.get("exact_every") or r.get("drift_bound"):
             ex = "–" if r.get("exact_epoch_s") is None else f"{r['exact_epoch_s']:.3f}"
-            ep += f" (exact every {r['exact_every']}: {ex})"
+            ep += f" (exact every {r['exact_every']}: {ex})" if r.get("exact_every") else f" (exact: {ex})"
         out.append([r["mode"], r["wire"], r["rate"], f"{r['reached']}/{r['seeds']}", eps, ep, tta,
                      f"{r['speedup']:.2f}×" if "speedup" in r else "–",
                      f"{r['summed_s']:.1f}" if "summed_s" in r else "–"])
@@ -241,8 +272,10 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
             for c in runs:
                 for e, v in zip(c["epochs"], c["val"]):
                     points.setdefault(e, []).append(100 * v)
-            def at(e: int) -> float:
-                return seconds_to(e + 1, epoch_s, r.get("exact_epoch_s"), r.get("exact_every", 0))
+            own = runs[0].get("exact_epochs") if r.get("drift_bound") else None  # (the first seed's, for the mean)
+
+            def at(e: int, own=own) -> float:
+                return seconds_to(e + 1, epoch_s, r.get("exact_epoch_s"), r.get("exact_every", 0), own)
 
             # The mean and range only while every seed still runs (a run stops at the target:
             # a mean over the seeds left would jump); after that each seed's own thin line.
@@ -256,7 +289,8 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
             t = [at(e) for e in xs]
             (h,) = ax.plot(t, [statistics.mean(points[e]) for e in xs], style, color=color, ms=3, lw=1.4)
             ax.fill_between(t, [min(points[e]) for e in xs], [max(points[e]) for e in xs], color=color, alpha=0.15)
-            label = f"{r['mode']} {r['wire']}" + (f", exact every {r['exact_every']}" if r.get("exact_every") else "")
+            label = f"{r['mode']} {r['wire']}" + (f", exact every {r['exact_every']}" if r.get("exact_every") else
+                                                  ", drift-bounded exact epochs" if r.get("drift_bound") else "")
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
@@ -361,6 +395,10 @@ def _read_jsonl(path: Path, fields: Mapping[str, type] | None = None) -> list[di
                                f"(integers >= 0), got {rec['epochs']!r:.60}")
         if "args" in rec and not (isinstance(rec["args"], list) and all(isinstance(a, str) for a in rec["args"])):
             raise GnnpipeError(f"{path}, line {n}: field 'args' should be a list of gnnpipe-train flags")
+        ex = rec.get("exact_epochs", [])
+        if not (isinstance(ex, list) and all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in ex)):
+            raise GnnpipeError(f"{path}, line {n}: field 'exact_epochs' should be a list of epochs (integers >= 0), "
+                               f"got {ex!r:.60}")
         for key in ("epoch_s", "exact_epoch_s"):
             v = rec.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
@@ -382,7 +420,8 @@ def _curve_of(out: Path, mode: str, wire: str, seed: int) -> dict:
     return {"mode": mode, "wire": wire, "seed": seed, "epochs": [r["epoch"] for r in evald],
             "val": [r["val_acc"] for r in evald], "test": [r["test_acc"] for r in evald],
             "epoch_time_s": [r["epoch_time_s"] for r in recs], "trained": len(recs), "out": str(out),
-            "diverging": any(r.get("diverging") for r in recs)}
+            "diverging": any(r.get("diverging") for r in recs),
+            "exact_epochs": [r["epoch"] for r in recs if r.get("exact")]}
 
 
 def _train(args: list[str], out: Path, local: bool, rate: str, timeout_s: float) -> None:
@@ -479,9 +518,11 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
                 args = [*base, "--eval-every", "1000000", "--seed", "0", *mode_flags(mode, WORLD),
                         *(["--wire", w] if w != "float32" else []),
                         *(train_flags if (mode, w) != ("graph", "float32") else [])]
-                every = exact_every_of(args)
+                every, drift = exact_every_of(args), drift_bounded(args)
                 # with exact epochs: two of each kind after the first epoch, whatever --timing-epochs says
-                args[args.index("--epochs") + 1] = str(max(timing_epochs, 2 * every + 1) if every else timing_epochs)
+                # (--drift-bound: as many as the drift asks for, at most every other epoch)
+                args[args.index("--epochs") + 1] = str(max(timing_epochs, 2 * every + 1) if every else
+                                                       max(timing_epochs, 5) if drift else timing_epochs)
                 run_dir = d / "timing" / f"{mode}-{w}-{rate}"
                 before = machine_load()
                 try:
@@ -498,8 +539,10 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
     else:
         for c in _read_jsonl(curves_f):  # --local: the curve runs' own epochs are the timing
             if (c["mode"], c["wire"], "local") not in timed:
-                every = exact_every_of(c.get("args", ()))
-                recs = [{"epoch": e, "epoch_time_s": t} for e, t in enumerate(c["epoch_time_s"])]
+                every, drift = exact_every_of(c.get("args", ())), drift_bounded(c.get("args", ()))
+                marked = set(c.get("exact_epochs", ())) if drift else None
+                recs = [{"epoch": e, "epoch_time_s": t, **({"exact": e in marked} if drift else {})}
+                        for e, t in enumerate(c["epoch_time_s"])]
                 _append(timing_f, {"mode": c["mode"], "wire": c["wire"], "rate": "local", "exact_every": every,
                                    **epoch_times(recs, every)})
                 timed.add((c["mode"], c["wire"], "local"))
