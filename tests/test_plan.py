@@ -147,6 +147,52 @@ def test_memory_rejection(a5000):
     assert not any(p.fits for p in rank_configs(st, spec, 8, tiny))
 
 
+def test_exact_every_ranks_the_mean_of_stale_and_exact_epochs(a5000):
+    """--exact-every N: a pipelined layout's figures are (N - 1) stale epochs and one exact
+    (the same layout over one chunk per way, stage 0's own input path) over N; graph mode's
+    are unchanged; the recommended command asks for the exact epochs it was ranked with."""
+    from gnnpipe.cost.planner import train_command
+
+    st, spec = _stats(), ModelSpec("gcnii", 16, 64)
+    plain = {(p.topology, p.shared_input): p for p in rank_configs(st, spec, 4, a5000)}
+    blended = rank_configs(st, spec, 4, a5000, exact_every=3)
+    assert {(p.topology, p.shared_input) for p in blended} == set(plain)
+    for p in blended:
+        q = plain[(p.topology, p.shared_input)]
+        if p.topology.mode == "graph":
+            assert p.epoch_s == q.epoch_s and p.exact_every == 0
+            continue
+        assert p.exact_every == 3 and p.epoch_s == pytest.approx((2 * q.epoch_s + p.exact_epoch_s) / 3)
+        if p.topology.ways == 1:  # (a hybrid's one-chunk facts are estimated by the planner)
+            ex = predict(st, replace(spec, shared_input=False), replace(p.topology, chunks=1), a5000)
+            assert p.exact_epoch_s == pytest.approx(ex.epoch_s)
+            assert p.bytes["total"] == pytest.approx((2 * q.bytes["total"] + ex.bytes["total"]) / 3)
+        assert p.peak_mem_bytes >= q.peak_mem_bytes and "--exact-every 3" in train_command(p, "sbm", spec)
+    assert [p.epoch_s for p in blended if p.fits] == sorted(p.epoch_s for p in blended if p.fits)
+
+
+def test_an_exact_epoch_holds_the_history_beside_its_own_buffers(a5000):
+    """The exact epochs' stage runs beside the stale stage's history and chunk blocks: the
+    blend's peak is the larger of the stale peak and the exact peak plus those, and a
+    profile between the two refuses the layout naming the exact epoch."""
+    from gnnpipe.cost.predict import with_exact_epochs
+
+    st, spec = _stats(N=200000, E=4000000, F=64), ModelSpec("gcnii", 16, 64)
+    t = ParallelDims("pipeline", 1, 4, 8)
+    stale, exact = predict(st, spec, t, a5000), predict(st, spec, replace(t, chunks=1), a5000)
+    during = max(e.mem_bytes + s.mem["history"] + s.mem["structure"] for s, e in zip(stale.per_stage, exact.per_stage))
+    both = with_exact_epochs(stale, exact, 2, a5000)
+    assert both.peak_mem_bytes == pytest.approx(max(stale.peak_mem_bytes, during))
+    assert during > stale.peak_mem_bytes  # (the whole graph's activations in one chunk)
+    small = replace(a5000, mem_bytes=(stale.peak_mem_bytes + during) / 2)
+    tight = with_exact_epochs(predict(st, spec, t, small), predict(st, spec, replace(t, chunks=1), small), 2, small)
+    assert not tight.fits and "exact epoch" in tight.reason
+    with pytest.raises(GnnpipeError, match="N >= 2"):
+        with_exact_epochs(stale, exact, 1, a5000)
+    with pytest.raises(GnnpipeError, match="internal"):
+        with_exact_epochs(stale, stale, 2, a5000)
+
+
 def test_memory_grows_with_graph(a5000):
     spec = ModelSpec("gcnii", 16, 64)
     small = predict(_stats(N=10000, E=100000), spec, ParallelDims("pipeline", 1, 4, 16), a5000)
@@ -376,6 +422,9 @@ def test_recommended_command_trains_what_was_planned(profile, device):
     (["rmat", "--world", "2"], "give its size with --stats"),
     (["--stats", "100,400,5", "--world", "2", "--model", "mlp"], "model: expected one of"),
     (["no-such-dataset", "--world", "2"], "not found"),
+    (["--stats", "100,400,5", "--world", "2", "--exact-every", "1"], "--exact-every 1: expected an integer N >= 2"),
+    (["--stats", "100,400,5", "--world", "2", "--exact-every", "2", "--exact"], "--exact already makes every epoch"),
+    (["--stats", "100,400,5", "--world", "2", "--exact-every", "x"], "--exact-every"),
 ])
 def test_cli_bad_input_one_line(args, msg):
     r = _cli(*args)

@@ -5,7 +5,8 @@ Usage::
     gnnpipe-plan DATASET --world N --layers L --hidden d --model M [--profile P]
         [--heads H] [--history-dtype float32|bfloat16] [--chunk-factors 1,2,4,8] [--json] [--top K] [--root DIR]
         [--link-rate RATE [--ranks-per-host K]]        (ranks on hosts of their own, RATE links per host)
-        [--wire auto|float32|bfloat16|int8|int4 [--accuracy-budget POINTS] [--wire-accuracy FILE]] [--exact]
+        [--wire auto|float32|bfloat16|int8|int4 [--accuracy-budget POINTS] [--wire-accuracy FILE]]
+        [--exact | --exact-every N]
     gnnpipe-plan --stats N,E,F[,CLASSES[,NNZ]] --world N ...     (a graph that is not here)
     gnnpipe-plan reddit --world 8 ...                  (published statistics, see PUBLISHED)
     gnnpipe-plan calibrate [--out FILE] [--thorough]   (measure this machine, write ./profiles/cpu-this-machine.toml)
@@ -149,6 +150,9 @@ def _parser() -> argparse.ArgumentParser:
                          "loss over its configurations, paired by seed, the planned model's when it has any")
     ap.add_argument("--exact", action="store_true",
                     help="plan gnnpipe-train --exact (no staleness: one chunk per way; float32 wire only)")
+    ap.add_argument("--exact-every", type=int, default=0, metavar="N",
+                    help="plan gnnpipe-train --exact-every N (N >= 2): a pipeline or hybrid layout's epoch is the "
+                         "mean of N - 1 stale epochs and one exact (0: off)")
     ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
     ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -387,6 +391,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--top: expected >= 0, got {args.top}")
     if args.seed < 0:  # (checked here, before a graph is sampled, not by the sampler)
         raise GnnpipeError(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.exact_every and (args.exact or args.exact_every < 2):
+        raise GnnpipeError(f"--exact-every {args.exact_every}: " + (
+            "--exact already makes every epoch exact (keep one of them)" if args.exact
+            else "expected an integer N >= 2 (0: off; N = 1 is --exact)"))
     factors = _ints("--chunk-factors", args.chunk_factors, 1, 16)
     if min(factors) < 1:
         raise GnnpipeError(f"--chunk-factors: expected positive factors, got {args.chunk_factors!r}")
@@ -420,7 +428,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
     preds = rank_configs(stats, spec, args.world, profile, chunk_factors=factors,
                          estimate_nodes=est_nodes, seed=args.seed, progress=progress, wires=wires, exact=args.exact,
-                         accuracy=accuracy, samples=samples)
+                         accuracy=accuracy, samples=samples, exact_every=args.exact_every)
     if not preds:
         raise GnnpipeError(f"--world {args.world}: no feasible configuration for {stats.num_nodes} nodes")
     if args.json:
@@ -433,6 +441,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             "profile": profile.name,
             "world": args.world,
             "exact": args.exact,
+            "exact_every": args.exact_every,
             "wire": {"requested": args.wire, "ranked": wires, "left_out": wires_out,
                      "accuracy_budget": (DEFAULT_ACCURACY_BUDGET if args.wire == "auto" and args.accuracy_budget is None
                                          else args.accuracy_budget),

@@ -21,7 +21,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.config import SAMPLED_MODELS, WIRE_FORMATS
 from gnnpipe.cost.graphstats import estimate_part_info
 from gnnpipe.cost.inputs import GraphStats, ModelSpec
-from gnnpipe.cost.predict import Prediction, predict, shares_input
+from gnnpipe.cost.predict import Prediction, predict, shares_input, with_exact_epochs
 from gnnpipe.cost.profile import HardwareProfile
 from gnnpipe.cost.units import num_units
 from gnnpipe.cost.wire_accuracy import BOUNDARY_SAMPLE_LOSS, PRIOR, WireAccuracy, sample_figure, sample_loss
@@ -154,7 +154,7 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                  estimate_nodes: int = 20000, seed: int = 0,
                  progress: Callable[[str], None] | None = None, wires: Sequence[str] = (),
                  exact: bool = False, accuracy: WireAccuracy = PRIOR,
-                 samples: Sequence[float] = (1.0,)) -> list[Prediction]:
+                 samples: Sequence[float] = (1.0,), exact_every: int = 0) -> list[Prediction]:
     """Predict every feasible configuration and rank them.
 
     Missing partition facts (Σ M_p for P = world parts or D ways) are estimated from a
@@ -169,6 +169,9 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
         samples: graph mode's boundary-sampling fractions to rank (:func:`sample_choices`);
             a fraction below 1 adds its measured expected loss to the prediction's
             ``accuracy_cost``.
+        exact_every: plan ``gnnpipe-train --exact-every N`` (N >= 2): a pipelined layout's
+            prediction is the mean epoch of its cycle of stale and exact epochs
+            (:func:`gnnpipe.cost.predict.with_exact_epochs`); graph mode is exact anyway.
 
     Returns:
         predictions, those that fit memory first, each group by predicted epoch time, a
@@ -181,12 +184,17 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
     wires = list(wires) or [spec.wire]
     if exact and any(w != "float32" for w in wires):
         raise GnnpipeError("--exact keeps float32 on the wire; a lossy wire format cannot be planned with it")
+    if exact_every and (exact or exact_every < 2):
+        raise GnnpipeError(f"--exact-every {exact_every}: " + ("--exact already makes every epoch exact" if exact
+                                                               else "expected N >= 2 (N = 1 is --exact)"))
     topos = feasible_topologies(world, spec, stats.num_nodes, chunk_factors, exact=exact)
     need = sorted({t.ways for t in topos if t.ways > 1 and t.ways not in stats.parts})
-    # Per-chunk facts (out-of-chunk neighbours, per-chunk halos) the stats lack.
+    # Per-chunk facts (out-of-chunk neighbours, per-chunk halos) the stats lack; with exact
+    # epochs also those of one chunk per way.
     need_chunks: dict[int, list[int]] = {}
-    for t in topos:
-        if t.mode != "graph" and (t.ways not in stats.parts or t.chunks not in stats.parts[t.ways].chunk_nbrs):
+    for t in topos + ([replace(t, chunks=1) for t in topos if t.mode != "graph"] if exact_every else []):
+        if t.mode != "graph" and (t.ways not in stats.parts or t.chunks not in stats.parts[t.ways].chunk_nbrs) \
+                and t.chunks not in need_chunks.get(t.ways, []):
             need_chunks.setdefault(t.ways, []).append(t.chunks)
     if need or need_chunks:
         if not estimate and need:
@@ -206,7 +214,14 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             stats = stats.with_parts(merged)
     # A pipelined layout whose first layer can be shared is ranked with and without
     # --shared-input: it only moves work and bytes, so it needs no accuracy budget.
-    preds = [replace(predict(stats, replace(spec, wire=w, boundary_sample=p, shared_input=sh), t, profile),
+    def one(t: ParallelDims, s: ModelSpec) -> Prediction:
+        pred = predict(stats, s, t, profile)
+        if exact_every and t.mode != "graph":  # the exact epochs keep stage 0's own input path
+            pred = with_exact_epochs(pred, predict(stats, replace(s, shared_input=False), replace(t, chunks=1),
+                                                   profile), exact_every, profile)
+        return pred
+
+    preds = [replace(one(t, replace(spec, wire=w, boundary_sample=p, shared_input=sh)),
                      accuracy_cost=accuracy.loss[w] + sample_loss(p, spec.model, spec.layers))
              for t in topos for w in wires for p in (samples if t.mode == "graph" else (1.0,))
              for sh in ((False, True) if not exact and shares_input(stats, spec, t) else (False,))]
@@ -262,4 +277,6 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
         return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --exact"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
     shared = " --shared-input" if pred.shared_input else ""
-    return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}{shared}"
+    every = f" --exact-every {pred.exact_every}" if pred.exact_every else ""
+    return (f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}{shared}"
+            f"{every}")

@@ -74,7 +74,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
 from gnnpipe._base import GnnpipeError
@@ -139,6 +139,10 @@ class Prediction:
         boundary_sample: graph mode's fraction of halo rows sent (``ModelSpec.boundary_sample``).
         shared_input: the first layer's transform shared by every stage of a way
             (``ModelSpec.shared_input`` where :func:`shares_input`; its bytes are ``input``).
+        exact_every: ``N`` of ``--exact-every``: the figures are the mean epoch of a cycle of
+            ``N − 1`` stale epochs and one exact (:func:`with_exact_epochs`); 0: every epoch
+            as the topology says.
+        exact_epoch_s: with ``exact_every``, the predicted exact epoch alone.
         accuracy_cost: expected accuracy loss of ``wire`` in points, as the planner's table
             gives it (:mod:`gnnpipe.cost.wire_accuracy`); 0 from :func:`predict`.
     """
@@ -161,6 +165,8 @@ class Prediction:
     accuracy_cost: float = 0.0
     boundary_sample: float = 1.0
     shared_input: bool = False
+    exact_every: int = 0
+    exact_epoch_s: float = 0.0
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -286,6 +292,46 @@ def predict(stats: GraphStats, spec: ModelSpec, topo: ParallelDims, profile: Har
     if topo.mode == "graph":
         return _predict_graph(stats, spec, topo, profile, units)
     return _predict_pipeline(stats, spec, topo, profile, units)
+
+
+def with_exact_epochs(stale: Prediction, exact: Prediction, every: int, profile: HardwareProfile) -> Prediction:
+    """``--exact-every N``: the mean epoch of ``N − 1`` epochs as ``stale`` predicts and one as
+    ``exact`` does (the same layout over one chunk per way: stage.py rule 8), for times and
+    bytes. Memory: an exact epoch runs a second stage over the same units, so during it a
+    stage holds the exact stage's peak plus the stale stage's history and chunk blocks,
+    which live for the whole run; the peak is the larger of that and the stale epoch's.
+
+    Raises:
+        GnnpipeError: ``every`` < 2 (1 is ``--exact``), or predictions of different layouts.
+    """
+    if every < 2:
+        raise GnnpipeError(f"--exact-every {every}: the blend needs N >= 2 (every epoch exact is --exact)")
+    a, b = stale.topology, exact.topology
+    if (a.mode, a.ways, a.stages) != (b.mode, b.ways, b.stages) or b.chunks != 1 or a.mode == "graph":
+        raise GnnpipeError(f"internal: exact epochs of {a.label()} predicted as {b.label()}")
+    k = (every - 1) / every
+
+    def mean(x: float, y: float) -> float:
+        return k * x + (1 - k) * y
+
+    peak, fits, reason = stale.peak_mem_bytes, stale.fits, stale.reason
+    for st, ex in zip(stale.per_stage, exact.per_stage):
+        kept = {k: st.mem.get(k, 0.0) for k in ("history", "structure")}
+        during = ex.mem_bytes + sum(kept.values())
+        if during > peak:
+            peak = during
+            ok, why = _fit(profile, during, f"stage {st.stage}'s exact epoch",
+                           {**ex.mem, **{f"stale {k}": v for k, v in kept.items()}})
+            fits, reason = fits and ok, reason or why
+    return replace(
+        stale, bytes={c: mean(v, exact.bytes.get(c, 0)) for c, v in stale.bytes.items()},
+        compute_s=mean(stale.compute_s, exact.compute_s), comm_s=mean(stale.comm_s, exact.comm_s),
+        bubble_s=mean(stale.bubble_s, exact.bubble_s), optimizer_s=mean(stale.optimizer_s, exact.optimizer_s),
+        epoch_s=mean(stale.epoch_s, exact.epoch_s), codec_s=mean(stale.codec_s, exact.codec_s),
+        peak_mem_bytes=peak, fits=fits, reason=reason,
+        notes=[*stale.notes, f"exact every {every}: a pipeline or hybrid row is the mean epoch of {every - 1} stale "
+               "epoch(s) and one exact (one chunk per way; exact_epoch_s in --json)"],
+        exact_every=every, exact_epoch_s=exact.epoch_s)
 
 
 def _notes(stats: GraphStats, topo: ParallelDims) -> list[str]:
