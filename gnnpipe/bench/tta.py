@@ -97,35 +97,40 @@ def epochs_to(curve: Mapping[str, Any], target: float) -> int | None:
     return None
 
 
-def exact_every_of(args: Sequence[str]) -> int:
-    """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in a run's gnnpipe-train flags (``FLAG V`` or ``FLAG=V``), or None."""
     args = [str(a) for a in args]
     for i, a in enumerate(args):
-        v = args[i + 1] if a == "--exact-every" and i + 1 < len(args) else (
-            a.split("=", 1)[1] if a.startswith("--exact-every=") else None)
-        if v is not None:
-            try:
-                n = int(v)
-            except ValueError:
-                n = -1
-            if n < 0:
-                raise GnnpipeError(f"--exact-every {v!r}: expected an integer >= 0")
-            return n
-    return 0
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def exact_every_of(args: Sequence[str]) -> int:
+    """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
+    v = _flag_value(args, "--exact-every")
+    if v is None:
+        return 0
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise GnnpipeError(f"--exact-every {v!r}: expected an integer >= 0")
+    return n
 
 
 def drift_bounded(args: Sequence[str]) -> bool:
     """Whether a run's gnnpipe-train flags choose its exact epochs by ``--drift-bound``."""
-    args = [str(a) for a in args]
-    for i, a in enumerate(args):
-        v = args[i + 1] if a == "--drift-bound" and i + 1 < len(args) else (
-            a.split("=", 1)[1] if a.startswith("--drift-bound=") else None)
-        if v is not None:
-            try:
-                return float(v) > 0
-            except ValueError:
-                raise GnnpipeError(f"--drift-bound {v!r}: expected a number >= 0") from None
-    return False
+    v = _flag_value(args, "--drift-bound")
+    if v is None:
+        return False
+    try:
+        return float(v) > 0
+    except ValueError:
+        raise GnnpipeError(f"--drift-bound {v!r}: expected a number >= 0") from None
 
 
 def _is_exact(rec: Mapping[str, Any], exact_every: int) -> bool:
