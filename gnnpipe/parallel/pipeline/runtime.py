@@ -177,14 +177,7 @@ class PipelineExecutor(Executor):
                 raise GnnpipeError(f"stage {self.s}: cannot execute schedule action {a}")
             handler(self, run, a)
         st.end_epoch()
-        drift = None
-        if self.exact_epochs.measures_drift:
-            sums = self.stage.history.take_drift().cpu()  # (zeros after an exact epoch)
-            if not exact:
-                if self.world.world_size > 1:
-                    self.world.all_reduce(sums, op="sum", category="control")
-                drift = drift_of(sums)
-            self.exact_epochs.record(exact, drift)
+        drift = self._decide_next(exact)
         loss = float(run.loss_sum)  # (the epoch's one wait for the device)
         correct, total = (int(c) for c in run.counts.tolist())
         wall = time.perf_counter() - t_start
@@ -194,6 +187,20 @@ class PipelineExecutor(Executor):
         spent["other"] = max(0.0, wall - sum(v for k, v in spent.items() if k != "gather"))
         return EpochResult(loss, correct, total, wall - comm_s, comm_s, run.bubble, spent,
                            exact=exact, drift=drift)
+
+    def _decide_next(self, exact: bool) -> float | None:
+        """With ``--drift-bound``: the drift of a stale epoch that just ended, over every rank
+        (a collective on the world), and the next epoch's kind from it; None otherwise."""
+        if not self.exact_epochs.measures_drift:
+            return None
+        sums = self.stage.history.take_drift().cpu()  # (zeros after an exact epoch: nothing measured)
+        drift = None
+        if not exact:
+            if self.world.world_size > 1:
+                self.world.all_reduce(sums, op="sum", category="control")
+            drift = drift_of(sums)
+        self.exact_epochs.record(exact, drift)
+        return drift
 
     # ------------------------------------------------------------------ action handlers
     def _post(self, run: "_EpochRun", kind: ActionKind) -> None:
