@@ -135,8 +135,9 @@ class History:
         h = self.hist[pos][lo:hi]
         new = rows.detach()
         if self.measure_drift:
-            self._drift[0] += (new.float() - h.float()).square().sum(dtype=torch.float64)
-            self._drift[1] += new.float().square().sum(dtype=torch.float64)
+            new32 = new.float()  # one upcast of the new rows for both sums (a no-op in float32)
+            self._drift[0] += (new32 - h.float()).square().sum(dtype=torch.float64)
+            self._drift[1] += new32.square().sum(dtype=torch.float64)
         h.copy_(new)
 
     def take_drift(self) -> torch.Tensor:
