@@ -121,9 +121,10 @@ class TrainConfig:
                    "pipeline chunk activations, rows between hybrid ways): float32 exact; bfloat16 rounds; int8/int4 "
                    "quantise each row with a scale and offset, stochastic rounding keyed by seed (evaluation and the "
                    "weight all-reduce stay float32)", choices=WIRE_FORMATS)
-    boundary_sample: float = _m(1.0, "graph mode: each epoch only a seeded random fraction P of each part's boundary "
-                                "rows travels (scaled by 1/P; their gradients return), as BNS-GCN samples boundary "
-                                "nodes; gcn, sage and gcnii only; 1: every row (exact)")
+    boundary_sample: float = _m(1.0, "graph and hybrid mode: each epoch only a seeded random fraction P of each part's "
+                                "boundary rows travels (scaled by 1/P; their gradients return), as BNS-GCN samples "
+                                "boundary nodes (hybrid: the rows between ways in stale epochs); gcn, sage and gcnii "
+                                "only; 1: every row (exact)")
     shared_input: bool = _f(False, "pipeline/hybrid: every stage of a way transforms a share of the first layer's "
                             "input rows (its dense transform of wide raw features) and sends them to stage 0, "
                             "instead of stage 0 doing it all (gcn/sage wider in than --hidden, gat); stale "
@@ -234,10 +235,15 @@ class TrainConfig:
 
 def _boundary_sample_problem(cfg: "TrainConfig") -> str | None:
     """Why ``--boundary-sample`` below 1 cannot run with the rest of ``cfg`` (None: it can)."""
-    if cfg.mode != "graph":
-        return f"is built for --mode graph, not --mode {cfg.mode}"
+    if cfg.mode not in ("graph", "hybrid"):
+        return f"samples the rows between parts (--mode graph or hybrid), not --mode {cfg.mode}"
     if cfg.exact:
         return "drops boundary rows, which --exact forbids"
+    if cfg.mode == "hybrid" and cfg.ways < 2:
+        return f"samples the rows between the hybrid's ways; --ways {cfg.ways} has none"
+    if cfg.mode == "hybrid" and cfg.refresh_epochs:
+        return ("samples the rows a stale epoch reads; --refresh-epochs rewrites every row exactly before the "
+                "epoch, so the two do not combine")
     if cfg.model not in SAMPLED_MODELS:
         return (f"scales the sampled rows, which equals dropping edges only for layers linear in their "
                 f"inputs ({', '.join(SAMPLED_MODELS)}), not --model {cfg.model}")

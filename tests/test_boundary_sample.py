@@ -103,7 +103,10 @@ def test_bytes_are_floor_p_n_rows_per_pair_and_unit_both_ways():
 
 
 @pytest.mark.parametrize("kw, why", [
-    (dict(mode="pipeline"), "not --mode pipeline"), (dict(mode="hybrid", ways=2), "not --mode hybrid"),
+    (dict(mode="pipeline"), "not --mode pipeline"), (dict(mode="hybrid", ways=1), "--ways 1 has none"),
+    (dict(mode="hybrid", ways=2, refresh_epochs=2), "--refresh-epochs rewrites"),
+    (dict(mode="hybrid", ways=2, model="resgcn+"), "not --model resgcn"),
+    (dict(mode="hybrid", ways=2, exact=True), "--exact forbids"),
     (dict(mode="graph", model="gat"), "not --model gat"), (dict(mode="graph", model="resgcn+"), "not --model resgcn"),
     (dict(mode="graph", exact=True), "--exact forbids"),
 ])
@@ -114,6 +117,52 @@ def test_what_it_cannot_serve_is_refused(kw, why):
         with pytest.raises(GnnpipeError, match="boundary_sample"):
             TrainConfig(mode="graph", boundary_sample=bad)
     assert TrainConfig(boundary_sample=1.0, **kw).boundary_sample == 1.0  # off: anything goes
+
+
+# ------------------------------------------------------------------ the hybrid's rows between ways
+def _hybrid(**kw) -> dict:
+    return dict(layers=4, epochs=EPOCHS, mode="hybrid", ways=2, stages=2, chunks=3, boundary_sample=0.3, **kw)
+
+
+def test_a_sampled_hybrid_equals_its_oracle_and_differs_from_the_unsampled_one():
+    """2 ways x 2 stages (4 ranks): the stale epochs push the draw's rows only, each way
+    reads the rows it last received scaled by n / k (0 out of the sample), and the
+    gradients return scaled; the oracle keeps each reader way's copy of the rows
+    (:class:`StaleReference` with ``sample``). With exact epochs and a snapshot too."""
+    from test_pipeline import _hybrid_2x2_equals_reference, stale_reference
+
+    runs = [_hybrid(model=m) for m in ("gcn", "sage", "gcnii")]
+    runs.append(_hybrid(model="gcnii", exact_every=3, snapshot_period=4))
+    _hybrid_2x2_equals_reference(runs, "boundary sample 0.3")
+    sampled = stale_reference(epochs=4, chunks=3, ways=2, model="gcn", layers=4, boundary_sample=0.3)["losses"]
+    whole = stale_reference(epochs=4, chunks=3, ways=2, model="gcn", layers=4)["losses"]
+    assert sampled[0] != pytest.approx(whole[0], rel=1e-4), "sampling changed nothing"
+
+
+def test_a_sampled_hybrid_sends_floor_p_n_rows_per_pair_of_ways_and_unit():
+    from gnnpipe.parallel.chunks import build_chunks
+
+    runs = [dict(model=m, layers=4, epochs=1, mode="hybrid", ways=2, stages=2, chunks=3, boundary_sample=0.3, wire=w)
+            for m, w in (("gcn", "float32"), ("gcnii", "float32"), ("gcnii", "int8"))]
+    res = run_ranks("helpers.rankfns:many", 4, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV,
+                    timeout_s=300)
+    cfg = _cfg(mode="hybrid", ways=2, chunks=3)
+    g = load_graph_for(cfg)
+    plan = build_plan(g, parts=2, chunks=3, method=cfg.method, seed=cfg.seed)
+    rg = relabel_graph(g, plan)
+    chunks = build_chunks(rg.indptr, rg.indices, plan.chunk_ptr)
+    pp = np.asarray(plan.part_ptr)
+    pairs = []  # rows of the other way each way's chunks read
+    for w in range(2):
+        ids = np.concatenate([ch.nbr_ids.numpy() for ch in chunks[3 * w : 3 * w + 3]])
+        pairs.append(np.unique(ids[(ids < pp[w]) | (ids >= pp[w + 1])]).size)
+    rows = sampled_halo_rows(pairs, 0.3)
+    assert 0 < rows < sum(pairs)
+    for i, run in enumerate(runs):
+        got = {k: sum(r[i]["bytes"].get(k, 0) for r in res) for k in ("way_fwd", "way_bwd")}
+        per_row = 4 * cfg.hidden if run["wire"] == "float32" else 8 + cfg.hidden
+        want = rows * exchanged_layers(run["model"], 4) * per_row
+        assert got == {"way_fwd": want, "way_bwd": want}, f"{run}: {got} != {want} each way"
 
 
 # ------------------------------------------------------------------ the cost model and planner

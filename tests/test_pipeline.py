@@ -46,7 +46,7 @@ def _merge_grads(ranks: list[dict]) -> dict:
 
 
 def stale_reference(epochs: int, chunks: int, ways: int = 1, **kw) -> dict:
-    cfg = _cfg(mode="pipeline", epochs=epochs, chunks=chunks, **kw)
+    cfg = _cfg(mode="hybrid" if ways > 1 else "pipeline", ways=ways, epochs=epochs, chunks=chunks, **kw)
     g = load_graph_for(cfg)
     plan = build_plan(g, parts=ways, chunks=chunks, method=cfg.method, seed=cfg.seed)
     rg = relabel_graph(g, plan)
@@ -54,7 +54,8 @@ def stale_reference(epochs: int, chunks: int, ways: int = 1, **kw) -> dict:
     opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period,
                         grad_scale=cfg.grad_scale, refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every,
                         drift_bound=cfg.drift_bound)
-    ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm, ways=ways)
+    ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm, ways=ways,
+                         sample=cfg.boundary_sample)
     losses, grads, exact, drift = [], None, [], []
     for e in range(epochs):
         exact.append(ref.next_exact if cfg.drift_bound else bool(cfg.exact_every) and e % cfg.exact_every == 0)

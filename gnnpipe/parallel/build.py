@@ -94,8 +94,9 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         model: the model to run instead of ``build_model(mcfg, seed)`` (a chain of user layers,
             :class:`gnnpipe.models.user.UserGNN`; identical initial weights on every rank are
             the caller's job); ``mcfg`` must describe it.
-        boundary_sample: graph mode: the fraction of each part's boundary rows a training
-            exchange sends per epoch (:mod:`gnnpipe.partition.sampling`); 1.0 sends all.
+        boundary_sample: graph and hybrid mode: the fraction of each part's boundary rows a
+            training exchange sends per epoch (:mod:`gnnpipe.partition.sampling`; the hybrid:
+            the rows between ways in stale epochs); 1.0 sends all.
         shared_input: pipeline and hybrid: every stage of a way transforms a share of the
             first layer's input rows (:mod:`gnnpipe.parallel.pipeline.shared_input`).
 
@@ -113,7 +114,7 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
                             boundary_sample)
     return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire,
-                           model, device, shared_input)
+                           model, device, shared_input, boundary_sample)
 
 
 def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
@@ -132,7 +133,7 @@ def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wi
 
 
 def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,
-                    wire, model, device, shared_input) -> PipelineExecutor:
+                    wire, model, device, shared_input, boundary_sample=1.0) -> PipelineExecutor:
     """Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's
     parts) of ``S`` stages, ``rank = way·S + stage``."""
     D, S, C = dims.ways, dims.stages, dims.chunks
@@ -171,7 +172,9 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         a, b = stage_blocks(stats, ModelSpec.of(mcfg, shared_input=shared_input), S, D, C)[s_idx]
     pipe, cross = build_groups(comm, dims)
     # the stage's neighbour rows: its own history, or the other ways' through the link
-    source = (build_way_link(cross, plan, chunks_all, way, C, opts.exact, wire, device) if D > 1
+    # (boundary sampling: the stale epochs' rows between ways; an exact epoch's link sends all)
+    sample = BoundarySample(boundary_sample, seed) if boundary_sample < 1.0 and not opts.exact else None
+    source = (build_way_link(cross, plan, chunks_all, way, C, opts.exact, wire, device, sample) if D > 1
               else LocalHistory(chunks))
     block = StageUnits.of(units, a, b)
     host_chunks = chunks_all[way * C : (way + 1) * C]  # (the ids, read on the host)

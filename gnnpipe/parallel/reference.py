@@ -26,6 +26,16 @@ count for chunks whose backward comes at a later slot, and are dropped for chunk
 same or an earlier slot). WayLink's pushes of each row at its owner's slot and its
 batching of gradients until the owner's backward slot must give the same numbers; only
 the summation order differs.
+
+With ``ways`` and ``sample`` P < 1 (the hybrid's boundary sampling), a reader way no longer
+sees the owners' ``H``: each way ``w`` keeps its own ``[N, d]`` copy ``R[w]`` of the rows it
+reads from other ways. At each slot of a stale epoch, after the writes into ``H``, ``R[w]``
+takes the rows of that slot's chunks that the epoch's draw keeps for ``w``
+(:func:`gnnpipe.partition.sampling.sampled_positions` over the sorted ids of way ``q``'s
+part that ``w`` reads, owner ``q``, reader ``w``); an exact epoch's ``H`` rows go into
+every ``R[w]`` whole. A chunk of way ``w`` reads its own part from ``H`` and the rest from
+``R[w]``, multiplied by ``n / k`` where sampled this epoch and by 0 elsewhere, so autograd
+scales the gradients the same way.
 """
 
 from __future__ import annotations
@@ -74,10 +84,12 @@ class StaleReference:
         orig: original id of each relabelled id (``plan.perm``), which keys dropout masks.
         ways: hybrid ways D (``chunk_ptr`` then holds C chunks per way, way-major).
         opts: :class:`gnnpipe.parallel.executor.StaleOptions`.
+        sample: with ``ways``, the hybrid's boundary sampling P of the rows between ways
+            (1: every row).
     """
 
     def __init__(self, model, graph, chunk_ptr, opts, seed: int, lr: float = 0.01, weight_decay: float = 0.0,
-                 orig: np.ndarray | None = None, ways: int = 1):
+                 orig: np.ndarray | None = None, ways: int = 1, sample: float = 1.0):
         self.model = model
         self.g = graph
         self.opts = opts
@@ -99,10 +111,83 @@ class StaleReference:
         n = graph.num_nodes
         self.H = {i: torch.zeros(n, u.in_dim) for i, u in enumerate(model.units) if u.aggregates and i > 0}
         self.G = {i: torch.zeros_like(h) for i, h in self.H.items()}
+        self.sample = float(sample) if ways > 1 and sample < 1.0 else None
+        if self.sample is not None and opts.refresh_epochs:
+            raise ValueError("boundary sampling does not combine with the history refresh")
+        per_way = self.C // ways
+        self.part_ptr = [self.cp[w * per_way] for w in range(ways)] + [n]
+        self.R: dict = {}  # reader way -> unit -> [N, d]: the rows it last received
+        self.rsnap: dict = {}
+        if self.sample is not None:
+            self.R = {w: {i: torch.zeros_like(h) for i, h in self.H.items()} for w in range(ways)}
+            ip, ix = np.asarray(graph.indptr), np.asarray(graph.indices)
+            pp = self.part_ptr
+            # reads[w][q]: sorted ids of way q's part that way w's rows aggregate from (q != w)
+            self.reads = []
+            for w in range(ways):
+                nb = ix[ip[pp[w]] : ip[pp[w + 1]]]
+                self.reads.append([np.unique(nb[(nb >= pp[q]) & (nb < pp[q + 1])]) if q != w
+                                   else np.zeros(0, np.int64) for q in range(ways)])
         self.next_exact = opts.drift_bound > 0  # drift-bounded exact epochs: epoch 0 is exact
         self.drift: float | None = None  # the last stale epoch's, with drift_bound
         self.snap = None
         self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def _drawn(self, epoch: int) -> tuple[list, list]:
+        """Boundary sampling, epoch ``epoch``: ``kept[w][q]`` the ids of way ``q``'s part
+        that reach way ``w``, and ``scale[w]`` float32 [N] every row's factor in ``w``'s
+        reads (1 on its own part, ``n / k`` kept, 0 otherwise)."""
+        kept, scale = [], []
+        for w, reads in enumerate(self.reads):
+            s = torch.zeros(self.g.num_nodes)
+            s[self.part_ptr[w] : self.part_ptr[w + 1]] = 1.0
+            row = []
+            for q, ids in enumerate(reads):
+                if q != w:
+                    ids = ids[sampled_positions(self.seed, epoch, q, w, ids.size, self.sample)]
+                    s[torch.from_numpy(ids)] = sample_scale(reads[q].size, self.sample)
+                row.append(torch.from_numpy(ids))
+            kept.append(row)
+            scale.append(s)
+        return kept, scale
+
+    def _restore(self) -> None:
+        """The snapshot, when one was taken, back into ``H`` (and every ``R[w]``)."""
+        if self.snap is None:
+            return
+        for i in self.H:
+            self.H[i].copy_(self.snap[i])
+        for w, units in self.R.items():
+            for i in units:
+                units[i].copy_(self.rsnap[w][i])
+
+    def _deliver(self, i: int, slot: list, cp: list, C: int, kept: list | None) -> None:
+        """Boundary sampling, unit ``i`` after the slot's writes into ``H``: each reader way
+        ``w`` receives the slot's rows of the other ways that the epoch's draw keeps for it
+        (``kept``; None, an exact epoch: every row)."""
+        for w, units in self.R.items():
+            if kept is None:
+                units[i].copy_(self.H[i])
+                continue
+            for c in slot:
+                q = c // C
+                if q != w:
+                    ids = kept[w][q]
+                    ids = ids[(ids >= cp[c]) & (ids < cp[c + 1])]
+                    units[i][ids] = self.H[i][ids]
+
+    def _sampled_source(self, i: int, w: int, h: torch.Tensor, lo: int, hi: int, scale: list,
+                        grad_fix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Boundary sampling: the sources of way ``w``'s chunk ``[lo, hi)`` at unit ``i``
+        (its own rows ``h``; the rest of its part from ``H``; the other ways' from
+        ``R[w]``, scaled by the epoch's ``scale[w]``) and the leaf whose gradient the
+        cross-chunk rule reads."""
+        a, b = self.part_ptr[w], self.part_ptr[w + 1]
+        base = self.R[w][i].clone()
+        base[a:b] = self.H[i][a:b]
+        full = base.requires_grad_(grad_fix)
+        src = full * scale[w][:, None]
+        return torch.cat([src[:lo], h, src[hi:]], dim=0), full
 
     @torch.no_grad()
     def _refresh(self, ctx: RunCtx) -> None:
@@ -143,9 +228,8 @@ class StaleReference:
         if exact:  # one chunk of every node: nothing read from the history, no cross-chunk gradient
             D, C, cp, blocks, grad_fix = 1, 1, [0, self.g.num_nodes], [self.whole], False
         order = chunk_order(C, epoch, self.seed, o.shuffle)
-        if self.snap is not None:
-            for i in self.H:
-                self.H[i].copy_(self.snap[i])
+        self._restore()
+        kept, scale = self._drawn(epoch) if self.sample is not None and not exact else (None, None)
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         ctx = RunCtx(training=True, epoch=epoch, seed=self.seed)
@@ -165,6 +249,7 @@ class StaleReference:
                         moved += torch.stack([(new - old).square().sum(dtype=torch.float64),
                                               new.square().sum(dtype=torch.float64)])
                         self.H[i][cp[c] : cp[c + 1]] = new
+                    self._deliver(i, slot, cp, C, kept)
                 for c in slot:
                     lo, hi = cp[c], cp[c + 1]
                     h = hs[c]
@@ -173,6 +258,10 @@ class StaleReference:
                         continue
                     if i == 0:
                         h_src = self.x
+                    elif kept is not None:  # sampled: own part from H, the rest as this way got it
+                        h_src, full = self._sampled_source(i, c // C, h, lo, hi, scale, grad_fix)
+                        leaves[c].append((i, full))
+                        inputs[c].append((i, h))
                     else:
                         full = self.H[i].clone().requires_grad_(grad_fix)
                         h_src = torch.cat([full[:lo], h, full[hi:]], dim=0)
@@ -208,6 +297,7 @@ class StaleReference:
             g.zero_()
         if o.snapshot_period and (epoch + 1) % o.snapshot_period == 0:
             self.snap = {i: h.clone() for i, h in self.H.items()}
+            self.rsnap = {w: {i: r.clone() for i, r in units.items()} for w, units in self.R.items()}
         if o.drift_bound:
             self.drift = None if exact else (float(moved[0] / moved[1]) ** 0.5 if moved[1] > 0 else 0.0)
             self.next_exact = not exact and self.drift > o.drift_bound

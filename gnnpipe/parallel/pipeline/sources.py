@@ -52,13 +52,14 @@ class NeighbourSource(Protocol):
         evaluation), just written; called before :meth:`read` of the same unit. ``epoch``
         (training only) and ``unit`` (the global unit index) key a lossy wire format."""
 
-    def read(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int) -> torch.Tensor:
+    def read(self, buf: torch.Tensor, rbuf: torch.Tensor | None, k: int, epoch: int | None = None) -> torch.Tensor:
         """float32 [m_k, d]: chunk k's neighbour rows, in its ``nbr_ids`` order (no
-        communication)."""
+        communication); ``epoch``: a training read (a sampling source scales its rows)."""
 
-    def return_grads(self, gacc: torch.Tensor, gremote: torch.Tensor | None, grad: torch.Tensor, k: int) -> None:
+    def return_grads(self, gacc: torch.Tensor, gremote: torch.Tensor | None, grad: torch.Tensor, k: int,
+                     epoch: int | None = None) -> None:
         """Add chunk k's neighbour-row gradients into ``gacc`` (rows of ``buf``) or
-        ``gremote`` (rows of ``rbuf``) (no communication)."""
+        ``gremote`` (rows of ``rbuf``) (no communication); ``epoch`` as in :meth:`read`."""
 
     def before_backward(self, k: int, gacc: dict, gremote: dict, epoch: int | None = None,
                         unit0: int = 0) -> None:
@@ -86,10 +87,10 @@ class LocalHistory:
     def push(self, buf, rbuf, k, category: str = "way_fwd", epoch=None, unit: int = 0) -> None:
         pass
 
-    def read(self, buf: torch.Tensor, rbuf, k: int) -> torch.Tensor:
+    def read(self, buf: torch.Tensor, rbuf, k: int, epoch=None) -> torch.Tensor:
         return buf.index_select(0, self.chunks[k].nbr_ids).float()
 
-    def return_grads(self, gacc: torch.Tensor, gremote, grad: torch.Tensor, k: int) -> None:
+    def return_grads(self, gacc: torch.Tensor, gremote, grad: torch.Tensor, k: int, epoch=None) -> None:
         acc_rows(gacc, self.chunks[k].nbr_ids, grad)
 
     def before_backward(self, k: int, gacc: dict, gremote: dict, epoch=None, unit0: int = 0) -> None:

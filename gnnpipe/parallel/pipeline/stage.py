@@ -50,6 +50,9 @@ independent one-process implementation of the same rules, used as the tests' ora
    old (or the snapshot's) otherwise; its gradient counts if produced at an earlier
    backward slot than its chunk's. How the rows and gradients travel (each boundary row
    once per unit and epoch in each direction) is :class:`gnnpipe.parallel.pipeline.waylink.WayLink`'s.
+   With boundary sampling (``--boundary-sample P``) a stale epoch moves only its draw of
+   those rows: a way reads another way's row as it last received it, scaled by ``n / k``
+   when drawn this epoch and by 0 otherwise (WayLink's docstring has the exact rule).
 8. **Exact epochs** (``exact_every`` N; 0 = off; pipeline and hybrid). Epochs ``e`` with
    ``e % N == 0`` run as exact mode does (rule 6: one chunk spanning the whole graph, run
    by a second stage over the same units; in a hybrid way, one chunk spanning its part,
@@ -346,7 +349,8 @@ class PipelineStage:
                     rbuf = self.history.remote.get(pos)
                     if training:  # (a collective: every way, every unit, even with m = 0)
                         self.source.push(hist, rbuf, k, epoch=self.epoch, unit=self.first_unit + pos)
-                    make = lambda hist=hist, rbuf=rbuf: self.source.read(hist, rbuf, k)  # noqa: E731
+                    ep = self.epoch if training else None  # (a training read may be sampled)
+                    make = lambda hist=hist, rbuf=rbuf: self.source.read(hist, rbuf, k, ep)  # noqa: E731
                     t0 = time.perf_counter()
                     if not m and rbuf is None:  # (rule 8's exact stage: it only writes the history)
                         h_src = h
@@ -394,7 +398,7 @@ class PipelineStage:
             torch.autograd.backward([st.root])
         for pos, sink in st.nbr_leaves:
             if sink.grad is not None:
-                self.source.return_grads(hy.gacc[pos], hy.gremote.get(pos), sink.grad, k)
+                self.source.return_grads(hy.gacc[pos], hy.gremote.get(pos), sink.grad, k, self.epoch)
         if self.features is not None and self.features.transforms:
             self.features.backward(k)
         grad_in = None

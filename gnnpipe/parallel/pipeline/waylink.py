@@ -20,6 +20,7 @@ import torch
 
 from gnnpipe._base import GnnpipeError
 from gnnpipe.parallel.halo import HaloExchanger, acc_rows, streamed_exchange, with_halo
+from gnnpipe.partition.sampling import BoundarySample
 from gnnpipe.wire import FLOAT32, KIND_WAY, Wire, message_site
 
 
@@ -70,6 +71,18 @@ class WayLink:
       ``R_u`` (``G_u``). A row pushed to several ways rounds the same way for all of them.
     * **Evaluation**: :meth:`push` with ``k=None`` sends every halo row at once (current
       rows), then :meth:`read` per chunk.
+    * **Boundary sampling** (``sample``, ``--boundary-sample P``, stale training epochs
+      only): per epoch and ordered pair of ways (owner ``q``, reader ``w``), the owner keeps
+      ``⌊P·n⌋`` of the ``n`` rows of its part that ``w`` reads
+      (:func:`gnnpipe.partition.sampling.sampled_positions`, the same draw for every unit of
+      the epoch; both sides compute it). Only those rows are pushed (at their chunk's slot,
+      as above) and written into ``R_u``; :meth:`read` scales each remote row by ``n / k``
+      when it is in the epoch's sample and by 0 otherwise, so a sampled row whose chunk has
+      not run yet reads the value of the last push that carried it (its last sampled epoch,
+      or an exact epoch's); :meth:`return_grads` scales the gradients alike (the chain rule
+      of the read), and :meth:`before_backward` sends only the sampled rows' gradients.
+      ``⌊P·n⌋`` rows per pair, unit and direction travel, instead of ``n``. Evaluation
+      (``k=None``) and the exact hybrid's exchange send every row.
 
     :mod:`gnnpipe.parallel.reference` implements the same rules independently (full
     ``[N, d]`` histories in one process, ``ways=``): these are equal to reading the owners'
@@ -93,6 +106,7 @@ class WayLink:
         wire: the wire format of training messages.
         gid_own, gid_halo: int64 original node ids of ``H_u``'s rows (this part) and of
             ``R_u``'s rows (:attr:`halo_ids`): the rounding keys of a lossy ``wire``.
+        sample: boundary sampling of the stale epochs' rows (None: every row).
     """
 
     comm: object
@@ -109,8 +123,12 @@ class WayLink:
     wire: Wire = FLOAT32
     gid_own: torch.Tensor | None = None
     gid_halo: torch.Tensor | None = None
+    sample: BoundarySample | None = None
 
     collective = True
+
+    def __post_init__(self) -> None:
+        self._drawn: tuple | None = None  # (epoch, _WayDraw) of the last epoch drawn
 
     @property
     def row0(self) -> int:
@@ -152,13 +170,73 @@ class WayLink:
             return self.pull[k]
         return [(self.pull[0][q][0], self.pull[-1][q][1]) for q in range(len(self.pull[0]))]
 
+    def _draw(self, epoch: int | None) -> "_WayDraw | None":
+        """Epoch ``epoch``'s boundary sample (None: no sampling, or not a training epoch).
+
+        The owner's list for reader ``q`` is the sorted rows of ``H_u`` that ``q`` reads:
+        chunk by chunk, ``push_rows[k][q]``, consecutive because chunks are id ranges; the
+        reader's list for owner ``q`` is ``R_u``'s rows of way ``q``, the same ids."""
+        if self.sample is None or epoch is None:
+            return None
+        if self._drawn is not None and self._drawn[0] == epoch:
+            return self._drawn[1]
+        me, C, D = self.comm.rank, len(self.push_rows), len(self.pull[0])
+        dev = self.halo_ids.device
+        send = [[None] * D for _ in range(C)]
+        recv = [[None] * D for _ in range(C)]
+        scale = torch.zeros(self.halo_rows, dtype=torch.float32, device=dev)
+        for q in range(D):
+            sizes = [int(self.push_rows[k][q].numel()) for k in range(C)]
+            pos = torch.from_numpy(self.sample.positions(epoch, me, q, sum(sizes))).to(dev)
+            off = 0
+            for k in range(C):  # the owner's side: which of chunk k's rows for q travel
+                mine = pos[(pos >= off) & (pos < off + sizes[k])] - off
+                send[k][q] = self.push_rows[k][q].index_select(0, mine)
+                off += sizes[k]
+            a, b = self.pull[0][q][0], self.pull[-1][q][1]  # the reader's side: R_u's rows of way q
+            rows = torch.from_numpy(self.sample.positions(epoch, q, me, b - a)).to(dev) + a
+            scale[rows] = self.sample.scale(b - a)
+            for k in range(C):
+                lo, hi = self.pull[k][q]
+                recv[k][q] = rows[(rows >= lo) & (rows < hi)]
+        draw = _WayDraw(send, recv, scale)
+        self._drawn = (epoch, draw)
+        return draw
+
+    def _sampled_push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int, draw: "_WayDraw", category: str,
+                      epoch: int, unit: int) -> None:
+        """:meth:`push` under boundary sampling: the epoch's sample of chunk ``k``'s rows,
+        as stored (unscaled: :meth:`read` scales), into those rows of ``rbuf``."""
+        d, lossy = buf.shape[1], self.wire.lossy
+        site = message_site(KIND_WAY, unit, False)
+        width, dtype = (self.wire.row_bytes(d), torch.uint8) if lossy else (d, buf.dtype)
+        recv = [torch.empty((rows.numel(), width), dtype=dtype, device=buf.device) for rows in draw.recv[k]]
+
+        def produce(q: int) -> torch.Tensor:
+            rows = buf.index_select(0, draw.send[k][q])
+            if lossy:
+                return self.wire.encode(rows, epoch=epoch, site=site, gid=self.gid_own.index_select(0, draw.send[k][q]))
+            return rows
+
+        def consume(q: int) -> None:
+            if recv[q].shape[0]:
+                got = self.wire.decode(recv[q], d) if lossy else recv[q]
+                rbuf.index_copy_(0, draw.recv[k][q], got.to(rbuf.dtype))
+
+        streamed_exchange(self.comm, produce, recv, consume, category)
+
     def push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int | None, category: str = "way_fwd",
              epoch: int | None = None, unit: int = 0) -> None:
         """Every way sends the rows of its chunk ``k`` (every chunk: None) of ``buf`` that
         the others' halos hold; this way's ``rbuf`` rows of the others' chunk ``k`` are
         overwritten with theirs (one all-to-all; every way takes part). With ``epoch`` (a
         training push) in the wire format, keyed by ``unit`` (the global unit index);
-        without it as stored (evaluation)."""
+        without it as stored (evaluation). Under boundary sampling, a training push of one
+        chunk sends the epoch's sample only."""
+        draw = self._draw(epoch) if k is not None else None
+        if draw is not None:
+            self._sampled_push(buf, rbuf, k, draw, category, epoch, unit)
+            return
         if epoch is not None and self.wire.lossy:
             d = buf.shape[1]
             site = message_site(KIND_WAY, unit, False)
@@ -182,19 +260,32 @@ class WayLink:
         if self.comm.world_size > 1:
             self.comm.all_to_all(send, recv, category=category)
 
-    def read(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int) -> torch.Tensor:
+    def _remote_scale(self, k: int, epoch: int | None) -> torch.Tensor | None:
+        """[m, 1] the factors of chunk k's remote rows in training epoch ``epoch`` under
+        boundary sampling (``n / k`` sampled, 0 not); None: every row as it is."""
+        draw = self._draw(epoch)
+        return None if draw is None else draw.scale.index_select(0, self.remote_rows[k]).unsqueeze(1)
+
+    def read(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int, epoch: int | None = None) -> torch.Tensor:
         """float32 [m_k, d] chunk k's neighbour rows, in its ``nbr_ids`` order: this part's
-        from ``buf``, the other ways' from ``rbuf`` (no communication)."""
+        from ``buf``, the other ways' from ``rbuf`` (no communication); in a training
+        ``epoch`` under boundary sampling, the other ways' scaled by the epoch's sample."""
         out = torch.empty((self.num_nbrs(k), buf.shape[1]), dtype=torch.float32, device=buf.device)
         out.index_copy_(0, self.own_pos[k], buf.index_select(0, self.own_rows[k]).float())
-        out.index_copy_(0, self.remote_pos[k], rbuf.index_select(0, self.remote_rows[k]).float())
+        remote = rbuf.index_select(0, self.remote_rows[k]).float()
+        scale = self._remote_scale(k, epoch)
+        out.index_copy_(0, self.remote_pos[k], remote if scale is None else remote * scale)
         return out
 
-    def return_grads(self, gacc: torch.Tensor, gremote: torch.Tensor | None, grad: torch.Tensor, k: int) -> None:
+    def return_grads(self, gacc: torch.Tensor, gremote: torch.Tensor | None, grad: torch.Tensor, k: int,
+                     epoch: int | None = None) -> None:
         """Chunk k's neighbour-row gradients: this part's into ``gacc``, the other ways'
-        into ``gremote`` (sent later by :meth:`before_backward`; no communication)."""
+        into ``gremote`` (sent later by :meth:`before_backward`; no communication), scaled
+        as :meth:`read` scaled their rows."""
         acc_rows(gacc, self.own_rows[k], grad.index_select(0, self.own_pos[k]))
-        acc_rows(gremote, self.remote_rows[k], grad.index_select(0, self.remote_pos[k]))
+        g = grad.index_select(0, self.remote_pos[k])
+        scale = self._remote_scale(k, epoch)
+        acc_rows(gremote, self.remote_rows[k], g if scale is None else g * scale)
 
     def before_backward(self, k: int, gacc: dict, gremote: dict, epoch: int | None = None,
                         unit0: int = 0) -> None:
@@ -202,9 +293,14 @@ class WayLink:
         (ascending position), every way sends each owner its ``gremote`` rows of the
         owner's chunk ``k`` and zeroes them; the owners add them into ``gacc`` (one
         all-to-all per unit; every way takes part). With ``epoch``, in the wire format,
-        keyed by the global unit index ``unit0 + position``."""
+        keyed by the global unit index ``unit0 + position``. Under boundary sampling only
+        the epoch's sampled rows' gradients travel (the others are zero)."""
+        draw = self._draw(epoch)
         for pos in sorted(gacc):
             g, gr = gacc[pos], gremote[pos]
+            if draw is not None:
+                self._sampled_grads(g, gr, k, draw, epoch, unit0 + pos)
+                continue
             d = g.shape[1]
             send = [gr[a:b] for a, b in self.pull[k]]
             if epoch is not None and self.wire.lossy:
@@ -233,15 +329,54 @@ class WayLink:
             for t in send:
                 t.zero_()
 
+    def _sampled_grads(self, g: torch.Tensor, gr: torch.Tensor, k: int, draw: "_WayDraw", epoch: int,
+                       unit: int) -> None:
+        """:meth:`before_backward` of one unit under boundary sampling: each owner gets the
+        ``gr`` rows of its chunk ``k`` that the epoch sampled, into ``g``; every row of
+        those chunks in ``gr`` is zeroed."""
+        d, lossy = g.shape[1], self.wire.lossy
+        site = message_site(KIND_WAY, unit, True)
+        width, dtype = (self.wire.row_bytes(d), torch.uint8) if lossy else (d, gr.dtype)
+        recv = [torch.empty((rows.numel(), width), dtype=dtype, device=g.device) for rows in draw.send[k]]
+
+        def produce(q: int) -> torch.Tensor:
+            rows = gr.index_select(0, draw.recv[k][q])
+            if lossy:
+                return self.wire.encode(rows, epoch=epoch, site=site, gid=self.gid_halo.index_select(0, draw.recv[k][q]))
+            return rows
+
+        def add(q: int) -> None:  # ascending q: a fixed summation order
+            rows = draw.send[k][q]
+            if rows.numel():
+                acc_rows(g, rows, self.wire.decode(recv[q], d) if lossy else recv[q])
+
+        streamed_exchange(self.comm, produce, recv, add, "way_bwd")
+        for a, b in self.pull[k]:
+            gr[a:b].zero_()
+
+
+@dataclass(frozen=True)
+class _WayDraw:
+    """One epoch's boundary sample of a way's link: per chunk ``k`` and way ``q``, the rows
+    of ``H_u`` pushed to ``q`` (``send[k][q]``) and the rows of ``R_u`` that ``q``'s chunk
+    ``k`` fills (``recv[k][q]``); the factor of every ``R_u`` row (``scale``: ``n / k`` in
+    the sample, 0 out of it)."""
+
+    send: list
+    recv: list
+    scale: torch.Tensor
+
 
 def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool,
-                   wire: Wire = FLOAT32, device: torch.device | str = "cpu") -> WayLink:
+                   wire: Wire = FLOAT32, device: torch.device | str = "cpu",
+                   sample: BoundarySample | None = None) -> WayLink:
     """The :class:`WayLink` of ``way`` from every way's chunks (all ranks know the plan).
 
     ``chunks_all``: every chunk of every way (way-major, ``chunks_per_way`` each), with
     its ``lo``, ``hi`` and ``nbr_ids`` (a block only for this way's own chunks). ``wire``:
     the wire format of the training messages between ways (original ids from ``plan.perm``).
     ``device``: where the stage's buffers live (the link's index lists are kept there).
+    ``sample``: boundary sampling of the stale epochs (a stale link only).
     """
     D, C = plan.num_parts, chunks_per_way
     part_ptr = np.asarray(plan.part_ptr, dtype=np.int64)
@@ -278,6 +413,8 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
     gid_own, gid_halo = perm[lo:hi].copy(), perm[halo]
     exchanger = None
     if exact:
+        if sample is not None and sample.fraction < 1.0:
+            raise GnnpipeError("internal: the exact hybrid's exchange sends every row (no boundary sample)")
         if C != 1:
             raise GnnpipeError("internal: exact hybrid runs one chunk per way")
         exchanger = HaloExchanger(cross, hi - lo, [r.numpy() for r in push_rows[0]],
@@ -290,4 +427,5 @@ def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int,
     return WayLink(cross, lo, hi, dev(halo), [dev(x) for x in own_pos], [dev(x) for x in own_rows],
                    [dev(x) for x in remote_pos], [dev(x) for x in remote_rows],
                    [[dev(x) for x in r] for r in push_rows], pull, exchanger=exchanger, wire=wire,
-                   gid_own=dev(gid_own), gid_halo=dev(gid_halo))
+                   gid_own=dev(gid_own), gid_halo=dev(gid_halo),
+                   sample=sample if sample is not None and sample.fraction < 1.0 else None)
