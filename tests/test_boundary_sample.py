@@ -228,7 +228,15 @@ def test_a_sampled_plan_carries_its_loss_and_its_flag(monkeypatch):
     assert sorted(p.boundary_sample for p in graph) == [0.1, 1.0]
     sampled = next(p for p in graph if p.boundary_sample == 0.1)
     assert sampled.accuracy_cost == pytest.approx(0.4)
-    assert all(p.boundary_sample == 1.0 for p in preds if p.topology.mode != "graph")
+    assert all(p.boundary_sample == 1.0 for p in preds if p.topology.mode == "pipeline")
+    # the stale hybrid samples its rows between ways: p of them, and the flag in its command
+    hyb = [p for p in preds if p.topology.mode == "hybrid" and p.topology.chunks > 1 and not p.shared_input]
+    assert {p.boundary_sample for p in hyb} == {0.1, 1.0}
+    h_s = next(p for p in hyb if p.boundary_sample == 0.1)
+    h_f = next(p for p in hyb if p.boundary_sample == 1.0 and p.topology == h_s.topology and p.wire == h_s.wire)
+    assert 0 < h_s.bytes["way"] < 0.15 * h_f.bytes["way"] and h_s.bytes["pipe"] == h_f.bytes["pipe"]
+    assert h_s.accuracy_cost == pytest.approx(0.4) and h_s.epoch_s < h_f.epoch_s
+    assert train_command(h_s, "squirrel", spec).endswith("--boundary-sample 0.1")
     cmd = train_command(sampled, "squirrel", spec)
     assert cmd.endswith("--mode graph --parts 4 --boundary-sample 0.1")
     assert TrainConfig(mode="graph", model="gcnii", boundary_sample=0.1).boundary_sample == 0.1  # (it would run)

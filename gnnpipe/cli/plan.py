@@ -274,14 +274,14 @@ def _wire_label(p) -> str:
 
 
 def sample_lines(samples: Sequence[float], left_out: Sequence[str], model: str, layers: int) -> list[str]:
-    """The header line that says whether graph mode's boundary sampling was ranked, and
-    where its expected loss comes from."""
+    """The header line that says whether boundary sampling (graph mode, the stale hybrid)
+    was ranked, and where its expected loss comes from."""
     ranked = [s for s in samples if s < 1.0]
     if not ranked and not left_out:
         return []
     said = "; ".join("{:g}: expected loss {:.2f} points, {}".format(s, *sample_figure(s, model, layers))
                      for s in ranked)
-    return [f"sampling graph mode's --boundary-sample {said or 'not ranked'}"
+    return [f"sampling --boundary-sample (graph mode, stale hybrid) {said or 'not ranked'}"
             + (f"; left out: {'; '.join(left_out)}" if left_out else "")]
 
 

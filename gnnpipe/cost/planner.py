@@ -88,7 +88,8 @@ def wire_choices(wire: str = "float32", accuracy_budget: float | None = None,
 
 def sample_choices(model: str, accuracy_budget: float | None, exact: bool = False,
                    layers: int = 1) -> tuple[list[float], list[str]]:
-    """The boundary-sampling fractions to rank in graph mode (``--boundary-sample``): 1.0, and
+    """The boundary-sampling fractions to rank in graph mode and the stale hybrid
+    (``--boundary-sample``): 1.0, and
     the measured ones (:data:`gnnpipe.cost.wire_accuracy.BOUNDARY_SAMPLE_LOSS`) only under an
     explicit ``--accuracy-budget`` that admits their expected loss, for a model the sampling
     serves (:data:`gnnpipe.config.SAMPLED_MODELS`) and without ``exact``.
@@ -223,10 +224,16 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
 
     preds = [replace(one(t, replace(spec, wire=w, boundary_sample=p, shared_input=sh)),
                      accuracy_cost=accuracy.loss[w] + sample_loss(p, spec.model, spec.layers))
-             for t in topos for w in wires for p in (samples if t.mode == "graph" else (1.0,))
+             for t in topos for w in wires for p in (samples if samples_rows(t) else (1.0,))
              for sh in ((False, True) if not exact and shares_input(stats, spec, t) else (False,))]
     preds.sort(key=rank_key)
     return preds
+
+
+def samples_rows(t: ParallelDims) -> bool:
+    """Whether boundary sampling has rows to sample in layout ``t``: graph mode's halo, the
+    stale hybrid's rows between ways (the pipeline has no boundary between parts)."""
+    return t.mode == "graph" or (t.mode == "hybrid" and t.ways > 1 and t.chunks > 1)
 
 
 def rank_key(p: Prediction) -> tuple:
@@ -277,6 +284,7 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
         return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --exact"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
     shared = " --shared-input" if pred.shared_input else ""
+    shared += f" --boundary-sample {pred.boundary_sample:g}" if pred.boundary_sample < 1.0 else ""
     every = f" --exact-every {pred.exact_every}" if pred.exact_every else ""
     return (f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}{shared}"
             f"{every}")

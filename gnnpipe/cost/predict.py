@@ -136,7 +136,8 @@ class Prediction:
         wire: the wire format of the training messages (``ModelSpec.wire``).
         codec_s: the busiest rank's (stage's) encode + decode time per epoch, included in
             ``compute_s`` (0 in float32).
-        boundary_sample: graph mode's fraction of halo rows sent (``ModelSpec.boundary_sample``).
+        boundary_sample: the fraction of boundary rows sent (``ModelSpec.boundary_sample``):
+            graph mode's halo, the stale hybrid's rows between ways.
         shared_input: the first layer's transform shared by every stage of a way
             (``ModelSpec.shared_input`` where :func:`shares_input`; its bytes are ``input``).
         exact_every: ``N`` of ``--exact-every``: the figures are the mean epoch of a cycle of
@@ -629,7 +630,10 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     # Rows a stage touches per aggregating unit and epoch: every chunk's own rows plus its
     # out-of-chunk neighbours (history rows; in the hybrid also the other ways' rows).
     nbrs = _chunk_nbrs(pi, C, [])  # (noted by pipeline_unit_seconds when estimated)
-    halo_m = pi.sum_m if D > 1 else 0  # rows between ways per layer and direction: Σ_w M_w
+    # Rows between ways per layer and direction: Σ_w M_w; under boundary sampling (stale
+    # epochs) p times that, up to the rounding of each pair, as graph mode's halo.
+    p = spec.boundary_sample if C > 1 else 1.0
+    halo_m = pi.sum_m * p if D > 1 else 0
     for st, (a, b) in enumerate(blocks):
         comp = 0.0
         halo = 0.0
@@ -722,13 +726,16 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     comm += in_comm
     epoch = compute + comm + bubble + opt
     pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0, wire=spec.wire, carry_apart=C == 1)
-    way_bytes = volume.way_link_bytes(halo_m, stats.num_features, spec.layers, d, D, s, spec.model, wire=spec.wire)
+    way_bytes = volume.way_link_bytes(round(halo_m), stats.num_features, spec.layers, d, D, s, spec.model,
+                                      wire=spec.wire)
     if C > 1 and spec.wire == "float32":  # stale hybrid, float32 wire: rows travel in the history's dtype
         way_bytes = way_bytes * spec.history_bytes // s
     ar_bytes = params_total * 4 * D if D > 1 else 0
     worst = max(stages, key=lambda x: x.mem_bytes)
     fits, reason = _fit(prof, worst.mem_bytes, f"stage {worst.stage} of {S}", worst.mem)
     notes = _notes(stats, topo) + notes_v
+    if p < 1.0 and D > 1:
+        notes.append(f"boundary sampling {p:g}: rows between ways predicted as {p:g} x sum M_w")
     return Prediction(
         topology=topo,
         bytes={"halo": 0, "way": way_bytes, "pipe": pipe_bytes, "input": in_bytes, "allreduce": ar_bytes,
@@ -736,6 +743,7 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         compute_s=compute, comm_s=comm, bubble_s=bubble, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=worst.mem_bytes, fits=fits, reason=reason, per_stage=stages, profile=prof.name,
         notes=notes, wire=spec.wire, codec_s=codecs[i_max] * relief, shared_input=spec.shared_input,
+        boundary_sample=p if D > 1 else 1.0,
     )
 
 

@@ -106,9 +106,9 @@ SHIPPED_MEASURED: dict[str, dict[str, float]] = {"resgcn+": {"int8": 3.27, "int4
 #: / +0.96: no loss, as BNS-GCN published for 3-4-layer GraphSAGE.
 BOUNDARY_SAMPLE_LOSS: dict[float, dict[str, tuple[float, int, str]]] = {
     0.1: {
-        "gcnii": (13.67, 32, "measured on Squirrel GCNII-32, 4 parts, 3 seeds, 150 epochs: 26.06 % test against "
+        "gcnii": (13.67, 32, "measured in graph mode on Squirrel GCNII-32, 4 parts, 3 seeds, 150 epochs: 26.06 % test against "
                              "39.74 % (docs/benchmarks.md, 'boundary sampling')"),
-        "sage": (0.0, 4, "measured on Squirrel SAGE-4 (d = 256), 4 parts, 3 seeds, 150 epochs: 51.33 % test "
+        "sage": (0.0, 4, "measured in graph mode on Squirrel SAGE-4 (d = 256), 4 parts, 3 seeds, 150 epochs: 51.33 % test "
                          "against 50.78 % (docs/benchmarks.md, 'boundary sampling')"),
     },
 }
