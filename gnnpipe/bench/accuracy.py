@@ -92,6 +92,11 @@ _SHALLOW = ["--dataset", "squirrel", "--model", "sage", "--layers", "4", "--hidd
 CONFIGS["squirrel-sage4-graph"] = ("sampled", 4, _SHALLOW, "graph-parallel reference (shallow)")
 CONFIGS["squirrel-sage4-bns10"] = ("sampled", 4, _SHALLOW + ["--boundary-sample", "0.1"],
                                    "graph mode, 10 % of boundary rows: the loss the planner quotes")
+# The stale hybrid samples its rows between ways (2 ways x 2 stages x 8 chunks), against itself with every row.
+_SHALLOW_HYBRID = _SHALLOW[:-2] + ["--mode", "hybrid", "--ways", "2", "--stages", "2", "--chunks", "8"]
+CONFIGS["squirrel-sage4-hybrid"] = ("sampled", 4, _SHALLOW_HYBRID, "within 1.5 of graph")
+CONFIGS["squirrel-sage4-hybrid-bns10"] = ("sampled", 4, _SHALLOW_HYBRID + ["--boundary-sample", "0.1"],
+                                          "hybrid, 10 % of the rows between ways")
 
 PAPER_P = {"squirrel-gcnii32": 38.04, "squirrel-resgcn32": 37.56, "physics-gcnii32": 94.03, "physics-resgcn32": 92.80}
 
