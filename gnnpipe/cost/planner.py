@@ -167,7 +167,8 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             :func:`wire_choices` makes the list); each prediction carries its ``wire`` and
             ``accuracy_cost`` (``accuracy.loss``: the prior by default).
         exact: plan ``gnnpipe-train --exact`` (one chunk per way; float32 wire only).
-        samples: graph mode's boundary-sampling fractions to rank (:func:`sample_choices`);
+        samples: the boundary-sampling fractions to rank in graph mode and the stale hybrid
+            (:func:`sample_choices`);
             a fraction below 1 adds its measured expected loss to the prediction's
             ``accuracy_cost``.
         exact_every: plan ``gnnpipe-train --exact-every N`` (N >= 2): a pipelined layout's
@@ -215,11 +216,18 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             stats = stats.with_parts(merged)
     # A pipelined layout whose first layer can be shared is ranked with and without
     # --shared-input: it only moves work and bytes, so it needs no accuracy budget.
+    exact_epoch: dict = {}  # (layout, wire) -> its one-chunk epoch, shared by the variants
+
     def one(t: ParallelDims, s: ModelSpec) -> Prediction:
         pred = predict(stats, s, t, profile)
-        if exact_every and t.mode != "graph":  # the exact epochs keep stage 0's own input path
-            pred = with_exact_epochs(pred, predict(stats, replace(s, shared_input=False), replace(t, chunks=1),
-                                                   profile), exact_every, profile)
+        if exact_every and t.mode != "graph":
+            # The exact epochs keep stage 0's own input path and send every row (no
+            # sampling), so one prediction serves every --shared-input and sampling variant.
+            key = (t, s.wire)
+            if key not in exact_epoch:
+                exact_epoch[key] = predict(stats, replace(s, shared_input=False, boundary_sample=1.0),
+                                           replace(t, chunks=1), profile)
+            pred = with_exact_epochs(pred, exact_epoch[key], exact_every, profile)
         return pred
 
     preds = [replace(one(t, replace(spec, wire=w, boundary_sample=p, shared_input=sh)),
