@@ -217,6 +217,10 @@ def way_link_bytes(
     :func:`graph_parallel_bytes` of the same ``D`` parts, ``2·s·d·n_x·Σ_w M_w``, counted
     apart from graph parallelism's halo; 0 for one way.
 
+    Under boundary sampling (``--boundary-sample p``) a stale epoch moves
+    :func:`sampled_halo_rows` of the pairs of ways instead: pass it as ``sum_m`` (an exact
+    epoch moves every row).
+
     Args:
         sum_m: Σ_w M_w, the distinct remote neighbours of each way's part, summed over the
             ``D`` ways (graph parallelism's Σ_p M_p for the same parts).
