@@ -203,20 +203,31 @@ class WayLink:
         self._drawn = (epoch, draw)
         return draw
 
+    def _buffers(self, rows: list, like: torch.Tensor) -> list:
+        """Per way, a receive buffer of ``rows[q].numel()`` rows of ``like``'s width as they
+        travel: encoded bytes with a lossy wire, ``like``'s dtype otherwise."""
+        d = like.shape[1]
+        width, dtype = (self.wire.row_bytes(d), torch.uint8) if self.wire.lossy else (d, like.dtype)
+        return [torch.empty((r.numel(), width), dtype=dtype, device=like.device) for r in rows]
+
+    def _rows_out(self, src: torch.Tensor, idx: torch.Tensor, gid: torch.Tensor, epoch: int, site) -> torch.Tensor:
+        """Rows ``idx`` of ``src`` as they travel: encoded at ``site`` (keyed by ``gid``'s
+        rows ``idx``) with a lossy wire, as stored otherwise."""
+        rows = src.index_select(0, idx)
+        if self.wire.lossy:
+            return self.wire.encode(rows, epoch=epoch, site=site, gid=gid.index_select(0, idx))
+        return rows
+
     def _sampled_push(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int, draw: "_WayDraw", category: str,
                       epoch: int, unit: int) -> None:
         """:meth:`push` under boundary sampling: the epoch's sample of chunk ``k``'s rows,
         as stored (unscaled: :meth:`read` scales), into those rows of ``rbuf``."""
         d, lossy = buf.shape[1], self.wire.lossy
         site = message_site(KIND_WAY, unit, False)
-        width, dtype = (self.wire.row_bytes(d), torch.uint8) if lossy else (d, buf.dtype)
-        recv = [torch.empty((rows.numel(), width), dtype=dtype, device=buf.device) for rows in draw.recv[k]]
+        recv = self._buffers(draw.recv[k], buf)
 
         def produce(q: int) -> torch.Tensor:
-            rows = buf.index_select(0, draw.send[k][q])
-            if lossy:
-                return self.wire.encode(rows, epoch=epoch, site=site, gid=self.gid_own.index_select(0, draw.send[k][q]))
-            return rows
+            return self._rows_out(buf, draw.send[k][q], self.gid_own, epoch, site)
 
         def consume(q: int) -> None:
             if recv[q].shape[0]:
@@ -336,14 +347,10 @@ class WayLink:
         those chunks in ``gr`` is zeroed."""
         d, lossy = g.shape[1], self.wire.lossy
         site = message_site(KIND_WAY, unit, True)
-        width, dtype = (self.wire.row_bytes(d), torch.uint8) if lossy else (d, gr.dtype)
-        recv = [torch.empty((rows.numel(), width), dtype=dtype, device=g.device) for rows in draw.send[k]]
+        recv = self._buffers(draw.send[k], gr)
 
         def produce(q: int) -> torch.Tensor:
-            rows = gr.index_select(0, draw.recv[k][q])
-            if lossy:
-                return self.wire.encode(rows, epoch=epoch, site=site, gid=self.gid_halo.index_select(0, draw.recv[k][q]))
-            return rows
+            return self._rows_out(gr, draw.recv[k][q], self.gid_halo, epoch, site)
 
         def add(q: int) -> None:  # ascending q: a fixed summation order
             rows = draw.send[k][q]
