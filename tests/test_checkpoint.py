@@ -454,13 +454,17 @@ def test_hybrid_resume_on_four_ranks_equals_uninterrupted(tmp_path):
     """2 ways x 2 stages, stale: every rank saves its own stage's weights, optimiser state
     and buffers (history and the other ways' rows, or their snapshots) into one committed
     checkpoint, and the resumed run ends where the uninterrupted one does, with a snapshot
-    (period 3) and without one (the live remote rows are then read after the resume)
-    (MPI ranks; one launch runs the six jobs in order)."""
+    (period 3) and without one (the live remote rows are then read after the resume), and
+    with boundary sampling (a drawn row then reads the value its reader last received,
+    possibly epochs old: the checkpoint must carry it) (MPI ranks; one launch runs the nine
+    jobs in order)."""
     env = {"PYTHONPATH": str(TESTS)}
     hcfg = dict(PIPE, mode="hybrid", ways=2, stages=2, epochs=9)
     ncfg = dict(hcfg, snapshot_period=0)
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref0, run0 = tmp_path / "ref0", tmp_path / "run0"
+    scfg = dict(ncfg, boundary_sample=0.3)
+    ref_s, run_s = tmp_path / "ref_s", tmp_path / "run_s"
     ranks = spawn_ranks("test_checkpoint:train_rank", 4, "mpi", env=env, args={"jobs": [
         {"cfg": hcfg, "out": str(ref)},
         {"cfg": dict(hcfg, epochs=6, checkpoint_every=2), "out": str(run)},
@@ -468,6 +472,9 @@ def test_hybrid_resume_on_four_ranks_equals_uninterrupted(tmp_path):
         {"cfg": ncfg, "out": str(ref0)},
         {"cfg": dict(ncfg, epochs=6, checkpoint_every=2), "out": str(run0)},
         {"cfg": dict(ncfg, checkpoint_every=2, resume=str(run0)), "out": str(run0)},
+        {"cfg": scfg, "out": str(ref_s)},
+        {"cfg": dict(scfg, epochs=6, checkpoint_every=2), "out": str(run_s)},
+        {"cfg": dict(scfg, checkpoint_every=2, resume=str(run_s)), "out": str(run_s)},
     ]})
     try:
         out = _finish(ranks)
@@ -478,4 +485,6 @@ def test_hybrid_resume_on_four_ranks_equals_uninterrupted(tmp_path):
     assert sorted(commit["files"]) == [f"rank{r}.pt" for r in range(4)]
     _same_metrics(_metrics(run), _metrics(ref), "hybrid 2x2 resumed from epoch 5")
     _same_metrics(_metrics(run0), _metrics(ref0), "hybrid 2x2 without snapshots resumed from epoch 5")
+    _same_metrics(_metrics(run_s), _metrics(ref_s), "hybrid 2x2 with boundary sampling resumed from epoch 5")
+    assert [r["loss"] for r in _metrics(ref_s)] != [r["loss"] for r in _metrics(ref0)]  # (the sampling acted)
     assert json.loads((run / "config.json").read_text())["resumed_from"].endswith("epoch-5")
