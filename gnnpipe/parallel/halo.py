@@ -134,11 +134,7 @@ class HaloExchanger:
         return draw
 
     def _wire_buffers(self, counts: list, like: torch.Tensor) -> list:
-        """Per peer, a receive buffer of ``counts[q]`` rows of ``like``'s width as they travel:
-        encoded bytes with a lossy wire, ``like``'s dtype otherwise."""
-        d = like.shape[1]
-        width, dtype = (self.wire.row_bytes(d), torch.uint8) if self.wire.lossy else (d, like.dtype)
-        return [torch.empty((n, width), dtype=dtype, device=like.device) for n in counts]
+        return wire_buffers(self.wire, counts, like)
 
     def _sampled_exchange(self, h_local: torch.Tensor, category: str, epoch: int, unit: int) -> torch.Tensor:
         """:meth:`exchange` under boundary sampling: each peer's sampled rows, scaled; the
@@ -264,6 +260,14 @@ class _Draw:
     sends: list
     scales: list
     recv_pos: list
+
+
+def wire_buffers(wire: Wire, counts: list, like: torch.Tensor) -> list:
+    """Per peer, a receive buffer of ``counts[q]`` rows of ``like``'s width as they travel in
+    ``wire``: encoded bytes with a lossy format, ``like``'s dtype otherwise."""
+    d = like.shape[1]
+    width, dtype = (wire.row_bytes(d), torch.uint8) if wire.lossy else (d, like.dtype)
+    return [torch.empty((n, width), dtype=dtype, device=like.device) for n in counts]
 
 
 def streamed_exchange(comm, produce, recv: list, consume, category: str) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.parallel.halo import HaloExchanger, acc_rows, streamed_exchange, with_halo
+from gnnpipe.parallel.halo import HaloExchanger, acc_rows, streamed_exchange, wire_buffers, with_halo
 from gnnpipe.partition.sampling import BoundarySample
 from gnnpipe.wire import FLOAT32, KIND_WAY, Wire, message_site
 
@@ -199,16 +199,10 @@ class WayLink:
             for k in range(C):
                 lo, hi = self.pull[k][q]
                 recv[k][q] = rows[(rows >= lo) & (rows < hi)]
-        draw = _WayDraw(send, recv, scale)
+        # each chunk's remote rows' factors, once per epoch (every unit's read and gradient uses them)
+        draw = _WayDraw(send, recv, [scale.index_select(0, r).unsqueeze(1) for r in self.remote_rows])
         self._drawn = (epoch, draw)
         return draw
-
-    def _buffers(self, rows: list, like: torch.Tensor) -> list:
-        """Per way, a receive buffer of ``rows[q].numel()`` rows of ``like``'s width as they
-        travel: encoded bytes with a lossy wire, ``like``'s dtype otherwise."""
-        d = like.shape[1]
-        width, dtype = (self.wire.row_bytes(d), torch.uint8) if self.wire.lossy else (d, like.dtype)
-        return [torch.empty((r.numel(), width), dtype=dtype, device=like.device) for r in rows]
 
     def _rows_out(self, src: torch.Tensor, idx: torch.Tensor, gid: torch.Tensor, epoch: int, site) -> torch.Tensor:
         """Rows ``idx`` of ``src`` as they travel: encoded at ``site`` (keyed by ``gid``'s
@@ -224,7 +218,7 @@ class WayLink:
         as stored (unscaled: :meth:`read` scales), into those rows of ``rbuf``."""
         d, lossy = buf.shape[1], self.wire.lossy
         site = message_site(KIND_WAY, unit, False)
-        recv = self._buffers(draw.recv[k], buf)
+        recv = wire_buffers(self.wire, [r.numel() for r in draw.recv[k]], buf)
 
         def produce(q: int) -> torch.Tensor:
             return self._rows_out(buf, draw.send[k][q], self.gid_own, epoch, site)
@@ -275,7 +269,7 @@ class WayLink:
         """[m, 1] the factors of chunk k's remote rows in training epoch ``epoch`` under
         boundary sampling (``n / k`` sampled, 0 not); None: every row as it is."""
         draw = self._draw(epoch)
-        return None if draw is None else draw.scale.index_select(0, self.remote_rows[k]).unsqueeze(1)
+        return None if draw is None else draw.scale[k]
 
     def read(self, buf: torch.Tensor, rbuf: torch.Tensor, k: int, epoch: int | None = None) -> torch.Tensor:
         """float32 [m_k, d] chunk k's neighbour rows, in its ``nbr_ids`` order: this part's
@@ -347,7 +341,7 @@ class WayLink:
         those chunks in ``gr`` is zeroed."""
         d, lossy = g.shape[1], self.wire.lossy
         site = message_site(KIND_WAY, unit, True)
-        recv = self._buffers(draw.send[k], gr)
+        recv = wire_buffers(self.wire, [r.numel() for r in draw.send[k]], gr)
 
         def produce(q: int) -> torch.Tensor:
             return self._rows_out(gr, draw.recv[k][q], self.gid_halo, epoch, site)
@@ -366,12 +360,12 @@ class WayLink:
 class _WayDraw:
     """One epoch's boundary sample of a way's link: per chunk ``k`` and way ``q``, the rows
     of ``H_u`` pushed to ``q`` (``send[k][q]``) and the rows of ``R_u`` that ``q``'s chunk
-    ``k`` fills (``recv[k][q]``); the factor of every ``R_u`` row (``scale``: ``n / k`` in
-    the sample, 0 out of it)."""
+    ``k`` fills (``recv[k][q]``); per chunk ``k``, the ``[m, 1]`` factors of its remote rows
+    (``scale[k]``: ``n / k`` in the sample, 0 out of it)."""
 
     send: list
     recv: list
-    scale: torch.Tensor
+    scale: list
 
 
 def build_way_link(cross, plan, chunks_all: list, way: int, chunks_per_way: int, exact: bool,
