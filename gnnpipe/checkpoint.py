@@ -99,7 +99,7 @@ def run_identity(cfg, dims: ParallelDims, dataset_hash: str, plan_params: dict |
 #: Math fields added after checkpoints already existed, with the value every earlier run had
 #: (a checkpoint that lacks one was written with it).
 ABSENT_MEANS = {"wire": "float32", "grad_scale": 2.0, "refresh_epochs": 0, "exact_every": 0, "boundary_sample": 1.0,
-                "drift_bound": 0.0}
+                "drift_bound": 0.0, "exact_from": 0}
 
 
 def compare_identity(saved: dict, current: dict, where: str | Path) -> None:

@@ -111,6 +111,9 @@ class TrainConfig:
                             "whose history rows moved by more than this fraction (RMS relative change of the rows "
                             "it rewrote; about 0.45 where the stale pipeline trains, 1 and more where it collapses); "
                             "0: off; not with --exact-every; docs/convergence-notes.md")
+    exact_from: int = _m(0, "pipeline/hybrid: every epoch from E on runs exact (a cool-down: the run ends on exact "
+                         "training's objective; with --exact-every or --drift-bound, those choose the epochs "
+                         "before E); 0: off; docs/convergence-notes.md")
     snapshot_period: int = _m(0, "refresh the historical-embedding snapshot every K epochs (0: off, the default: the "
                               "paper's K = 23 keeps stale rows up to K epochs old, which cost 2 points of Squirrel "
                               "GCNII-32 at 60 epochs; docs/convergence-notes.md)")
@@ -177,7 +180,7 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
         for name in ("stages", "chunks", "parts", "threads", "snapshot_period", "refresh_epochs", "exact_every",
-                     "checkpoint_every",
+                     "exact_from", "checkpoint_every",
                      "ranks_per_gpu"):
             if getattr(self, name) < 0:
                 bad(name, getattr(self, name), "an integer >= 0")
@@ -201,6 +204,10 @@ class TrainConfig:
             raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
                                "--mode graph (drop --exact-every)")
+        if self.exact_from and self.mode == "graph":
+            raise GnnpipeError(f"--exact-from {self.exact_from}: exact epochs after stale ones are for the stale "
+                               "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
+                               "--mode graph (drop --exact-from)")
         if not (isinstance(self.drift_bound, (int, float)) and math.isfinite(self.drift_bound)
                 and self.drift_bound >= 0):
             bad("drift_bound", self.drift_bound, "a number >= 0 (0: off)")

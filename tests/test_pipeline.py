@@ -53,12 +53,13 @@ def stale_reference(epochs: int, chunks: int, ways: int = 1, **kw) -> dict:
     model = build_model(model_config(cfg, g), seed=cfg.seed)
     opts = StaleOptions(shuffle=cfg.shuffle, grad_fix=cfg.grad_fix, snapshot_period=cfg.snapshot_period,
                         grad_scale=cfg.grad_scale, refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every,
-                        drift_bound=cfg.drift_bound)
+                        drift_bound=cfg.drift_bound, exact_from=cfg.exact_from)
     ref = StaleReference(model, rg, plan.chunk_ptr, opts, seed=cfg.seed, lr=cfg.lr, orig=plan.perm, ways=ways,
                          sample=cfg.boundary_sample)
     losses, grads, exact, drift = [], None, [], []
     for e in range(epochs):
-        exact.append(ref.next_exact if cfg.drift_bound else bool(cfg.exact_every) and e % cfg.exact_every == 0)
+        exact.append(bool(cfg.exact_from) and e >= cfg.exact_from
+                     or (ref.next_exact if cfg.drift_bound else bool(cfg.exact_every) and e % cfg.exact_every == 0))
         losses.append(ref.epoch(e))
         drift.append(ref.drift if not exact[-1] else None)
         if e == 0:
@@ -186,6 +187,22 @@ def test_stale_hybrid_with_exact_epochs_equals_reference():
     _hybrid_2x2_equals_reference(runs, "exact_every=3")
 
 
+def test_exact_cool_down_equals_reference():
+    """Rule 10 on 2 stages and on a 2 x 2 hybrid: every epoch from E on runs exact, after
+    every 3rd epoch exact or after stale epochs alone; the ranks run the oracle's schedule
+    and losses."""
+    runs = [dict(model="gcnii", layers=4, epochs=7, chunks=4, exact_every=3, exact_from=5),
+            dict(model="gcn", layers=4, epochs=6, chunks=4, exact_from=3)]
+    res = run_ranks("helpers.rankfns:many", 2, "torch", args={"fn": "pipeline_run", "runs": runs}, env=ENV, timeout_s=300)
+    for i, run in enumerate(runs):
+        ref = stale_reference(**run)
+        assert ref["exact"][run["exact_from"]:] == [True] * (run["epochs"] - run["exact_from"])
+        _compare([r[i] for r in res], ref, f"stale {run['model']} S=2 exact_from={run['exact_from']}")
+        assert all(r[i]["exact"] == ref["exact"] for r in res)
+    hybrid = [dict(model="gcnii", layers=4, epochs=6, mode="hybrid", ways=2, stages=2, chunks=3, exact_from=3)]
+    _hybrid_2x2_equals_reference(hybrid, "exact_from=3")
+
+
 def test_exact_epochs_are_the_one_process_epochs_and_feed_the_stale_ones():
     """In the oracle, an exact epoch's loss is the one-process loss (epoch 0 and, every epoch
     exact, all of them); the stale epoch after an exact one reads the rows it wrote, so it
@@ -264,6 +281,9 @@ def test_drift_bounded_schedule_survives_a_checkpoint():
     assert again.is_exact(2) and saved == {"next_exact": True}
     again.load_state_dict(None)
     assert again.is_exact(2)
+    cool = ExactEpochs(StaleOptions(drift_bound=0.5, exact_from=2))
+    cool.record(True, None)
+    assert [cool.is_exact(e) for e in (1, 2, 3)] == [False, True, True]
     fixed = ExactEpochs(StaleOptions(exact_every=3))
     assert [fixed.is_exact(e) for e in range(4)] == [True, False, False, True] and not fixed.measures_drift
     assert drift_of(torch.tensor([9.0, 4.0], dtype=torch.float64)) == 1.5 and drift_of(torch.zeros(2)) == 0.0
@@ -284,6 +304,11 @@ def test_exact_epochs_are_refused_in_graph_mode():
         with pytest.raises(GnnpipeError, match="drift_bound"):
             TrainConfig(mode="pipeline", drift_bound=bad)
     assert TrainConfig(mode="hybrid", ways=2, drift_bound=0.7).drift_bound == 0.7
+    with pytest.raises(GnnpipeError, match="--exact-from 100: .*not --mode graph"):
+        TrainConfig(mode="graph", exact_from=100)
+    with pytest.raises(GnnpipeError, match="exact_from"):
+        TrainConfig(mode="pipeline", exact_from=-1)
+    assert TrainConfig(mode="pipeline", exact_every=2, exact_from=100).exact_from == 100
 
 
 @pytest.mark.parametrize("ways", [1, 2])

@@ -115,6 +115,27 @@ def test_drift_bounded_runs_count_their_own_exact_epochs():
     assert "(exact: 3.000)" in tta.table(rows, target)
 
 
+def test_cool_down_runs_count_their_marked_exact_epochs():
+    """--exact-from E: the epochs from E on cost the exact epoch's time, read off the run's
+    own marks as --drift-bound's are, after --exact-every's (if any) before E; the timing
+    run's flags move the cool-down to its last two epochs."""
+    assert tta.exact_from_of(["--exact-from", "75"]) == 75 and tta.exact_from_of(["--exact-from=3"]) == 3
+    assert tta.exact_from_of(["--exact-every", "2"]) == 0 and tta.marks_exact_epochs(["--exact-from", "4"])
+    assert not tta.marks_exact_epochs(["--exact-every", "2"])
+    with pytest.raises(GnnpipeError, match="--exact-from 'x'"):
+        tta.exact_from_of(["--exact-from", "x"])
+    assert tta._without_flag(["--a", "1", "--exact-from", "9", "--exact-from=8", "--b"], "--exact-from") == ["--a", "1", "--b"]
+    flags = ["--exact-every", "3", "--exact-from", "2"]
+    pipe = [dict(_curve("pipeline", s, [0.30, 0.33, 0.396]), args=flags, exact_epochs=[0, 2]) for s in (0, 1)]
+    timing = TIMING[:1] + [{"mode": "pipeline", "wire": "float32", "rate": "50mbit", "epoch_s": 1.0,
+                            "exact_epoch_s": 3.0, "exact_every": 3}]
+    rows, target = tta.summarize(CURVES[:2] + pipe, timing, ["50mbit"])
+    row = next(r for r in rows if r["mode"] == "pipeline")
+    # the target at the evaluation after epoch 2: epochs 0, 1, 2, of which 0 (every 3rd) and 2 (from 2) exact
+    assert row["epochs_to_target"] == [3, 3] and row["tta_s"] == pytest.approx(2 * 3.0 + 1.0)
+    assert row["exact_from"] == 2 and "(exact every 3: 3.000)" in tta.table(rows, target)
+
+
 def test_report_writes_the_table_and_a_plot(tmp_path):
     d = tmp_path / "squirrel-gcnii32"
     d.mkdir()

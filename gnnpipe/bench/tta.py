@@ -108,6 +108,19 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
     return None
 
 
+def _without_flag(args: Sequence[str], flag: str) -> list[str]:
+    """``args`` without ``flag`` and its value (``--flag V`` or ``--flag=V``)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        elif not a.startswith(flag + "="):
+            out.append(a)
+    return out
+
+
 def exact_every_of(args: Sequence[str]) -> int:
     """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
     v = _flag_value(args, "--exact-every")
@@ -131,6 +144,26 @@ def drift_bounded(args: Sequence[str]) -> bool:
         return float(v) > 0
     except ValueError:
         raise GnnpipeError(f"--drift-bound {v!r}: expected a number >= 0") from None
+
+
+def exact_from_of(args: Sequence[str]) -> int:
+    """The ``--exact-from`` of a run's gnnpipe-train flags (0: none)."""
+    v = _flag_value(args, "--exact-from")
+    if v is None:
+        return 0
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise GnnpipeError(f"--exact-from {v!r}: expected an integer >= 0")
+    return n
+
+
+def marks_exact_epochs(args: Sequence[str]) -> bool:
+    """Whether a run's exact epochs are its own, read from its metrics' marks
+    (``--drift-bound``, ``--exact-from``), rather than every ``--exact-every``'th."""
+    return drift_bounded(args) or exact_from_of(args) > 0
 
 
 def _is_exact(rec: Mapping[str, Any], exact_every: int) -> bool:
@@ -202,8 +235,10 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
         to = [epochs_to(c, target) for c in runs]
         every = exact_every_of(runs[0].get("args", ()))
         drift = drift_bounded(runs[0].get("args", ()))
+        since = exact_from_of(runs[0].get("args", ()))
+        marked = drift or since > 0
         hit = [e for e in to if e is not None]
-        own = [c.get("exact_epochs") if drift else None for c, e in zip(runs, to) if e is not None]
+        own = [c.get("exact_epochs") if marked else None for c, e in zip(runs, to) if e is not None]
         summed = [sum(c["epoch_time_s"][: e]) for c, e in zip(runs, to) if e is not None]
         for rate in rates:
             if (mode, wire, rate) not in timed and any(t[:2] == (mode, wire) for t in timed):
@@ -211,13 +246,15 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
             row = {"mode": mode, "wire": wire, "rate": rate, "seeds": len(runs), "reached": len(hit),
                    "target_val": target, "epochs_to_target": to,
                    "best_val": [max(c["val"]) for c in runs], "epoch_s": epoch_s.get((mode, wire, rate))}
-            if every or drift:
+            if every or marked:
                 row["exact_every"], row["exact_epoch_s"] = every, exact_s.get((mode, wire, rate))
             if drift:
                 row["drift_bound"] = True
+            if since:
+                row["exact_from"] = since
             if hit:
                 row["epochs_mean"], row["epochs_sd"] = mean_sd(hit)
-                if row["epoch_s"] is not None and (not (every or drift) or row["exact_epoch_s"] is not None):
+                if row["epoch_s"] is not None and (not (every or marked) or row["exact_epoch_s"] is not None):
                     row["tta_s"], row["tta_sd"] = mean_sd([seconds_to(e, row["epoch_s"], row.get("exact_epoch_s"), every,
                                                                       ex)
                                                            for e, ex in zip(hit, own)])
@@ -244,7 +281,7 @@ def table(rows: Sequence[Mapping[str, Any]], target: float) -> str:
         if r["reached"] and r["reached"] < r["seeds"]:
             tta += f" ({r['seeds'] - r['reached']} seed(s) never reached it)"
         ep = "–" if r["epoch_s"] is None else f"{r['epoch_s']:.3f}"
-        if r.get("exact_every") or r.get("drift_bound"):
+        if r.get("exact_every") or r.get("drift_bound") or r.get("exact_from"):
             ex = "–" if r.get("exact_epoch_s") is None else f"{r['exact_epoch_s']:.3f}"
             ep += f" (exact every {r['exact_every']}: {ex})" if r.get("exact_every") else f" (exact: {ex})"
         out.append([r["mode"], r["wire"], r["rate"], f"{r['reached']}/{r['seeds']}", eps, ep, tta,
@@ -277,7 +314,8 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
             for c in runs:
                 for e, v in zip(c["epochs"], c["val"]):
                     points.setdefault(e, []).append(100 * v)
-            own = runs[0].get("exact_epochs") if r.get("drift_bound") else None  # (the first seed's, for the mean)
+            own = (runs[0].get("exact_epochs") if r.get("drift_bound") or r.get("exact_from")
+                   else None)  # (the first seed's, for the mean)
 
             def at(e: int, own=own) -> float:
                 return seconds_to(e + 1, epoch_s, r.get("exact_epoch_s"), r.get("exact_every", 0), own)
@@ -296,6 +334,7 @@ def plot(curves: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
             ax.fill_between(t, [min(points[e]) for e in xs], [max(points[e]) for e in xs], color=color, alpha=0.15)
             label = f"{r['mode']} {r['wire']}" + (f", exact every {r['exact_every']}" if r.get("exact_every") else
                                                   ", drift-bounded exact epochs" if r.get("drift_bound") else "")
+            label += f", exact from {r['exact_from']}" if r.get("exact_from") else ""
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
@@ -523,11 +562,16 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
                 args = [*base, "--eval-every", "1000000", "--seed", "0", *mode_flags(mode, WORLD),
                         *(["--wire", w] if w != "float32" else []),
                         *(train_flags if (mode, w) != ("graph", "float32") else [])]
-                every, drift = exact_every_of(args), drift_bounded(args)
+                every, drift, since = exact_every_of(args), drift_bounded(args), exact_from_of(args)
                 # with exact epochs: two of each kind after the first epoch, whatever --timing-epochs says
-                # (--drift-bound: as many as the drift asks for, at most every other epoch)
-                args[args.index("--epochs") + 1] = str(max(timing_epochs, 2 * every + 1) if every else
-                                                       max(timing_epochs, 5) if drift else timing_epochs)
+                # (--drift-bound: as many as the drift asks for, at most every other epoch; --exact-from:
+                # its cool-down moved to the run's last two epochs)
+                n = (max(timing_epochs, 2 * every + 1) if every else max(timing_epochs, 5) if drift else
+                     timing_epochs)
+                if since:
+                    args = [a for a in _without_flag(args, "--exact-from")] + ["--exact-from", str(n)]
+                    n += 2
+                args[args.index("--epochs") + 1] = str(n)
                 run_dir = d / "timing" / f"{mode}-{w}-{rate}"
                 before = machine_load()
                 try:
@@ -544,9 +588,9 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
     else:
         for c in _read_jsonl(curves_f):  # --local: the curve runs' own epochs are the timing
             if (c["mode"], c["wire"], "local") not in timed:
-                every, drift = exact_every_of(c.get("args", ())), drift_bounded(c.get("args", ()))
-                marked = set(c.get("exact_epochs", ())) if drift else None
-                recs = [{"epoch": e, "epoch_time_s": t, **({"exact": e in marked} if drift else {})}
+                every, own = exact_every_of(c.get("args", ())), marks_exact_epochs(c.get("args", ()))
+                marked = set(c.get("exact_epochs", ())) if own else None
+                recs = [{"epoch": e, "epoch_time_s": t, **({"exact": e in marked} if own else {})}
                         for e, t in enumerate(c["epoch_time_s"])]
                 _append(timing_f, {"mode": c["mode"], "wire": c["wire"], "rate": "local", "exact_every": every,
                                    **epoch_times(recs, every)})

@@ -82,21 +82,23 @@ class StaleOptions:
     refresh_epochs: int = 0
     exact_every: int = 0
     drift_bound: float = 0.0
+    exact_from: int = 0
 
     @classmethod
     def resolve(cls, exact: bool, shuffle: bool = True, grad_fix: bool = True,
                 snapshot_period: int = 0, grad_scale: float = 2.0, refresh_epochs: int = 0,
-                exact_every: int = 0, drift_bound: float = 0.0) -> "StaleOptions":
+                exact_every: int = 0, drift_bound: float = 0.0, exact_from: int = 0) -> "StaleOptions":
         """The options a run uses: in exact mode no gradient fix, no snapshot, no refresh,
         no exact epochs (every epoch is)."""
         return cls(exact=exact, shuffle=shuffle, grad_fix=grad_fix and not exact, grad_scale=grad_scale,
                    snapshot_period=0 if exact else snapshot_period, refresh_epochs=0 if exact else refresh_epochs,
-                   exact_every=0 if exact else exact_every, drift_bound=0.0 if exact else drift_bound)
+                   exact_every=0 if exact else exact_every, drift_bound=0.0 if exact else drift_bound,
+                   exact_from=0 if exact else exact_from)
 
     @property
     def has_exact_epochs(self) -> bool:
-        """Whether a stale run has exact epochs between its stale ones (rules 8 and 9)."""
-        return bool(self.exact_every) or self.drift_bound > 0
+        """Whether a stale run has exact epochs among its stale ones (rules 8 to 10)."""
+        return bool(self.exact_every) or self.drift_bound > 0 or self.exact_from > 0
 
 
 OutputHook = Callable[[torch.Tensor], None]

@@ -9,7 +9,8 @@ the ones the pipeline module documents (chunk order, history, cross-chunk gradie
 ``refresh_epochs`` epochs, the exact epochs of ``exact_every``: one chunk of all N nodes,
 whose rows are written into the history as any chunk's; with ``drift_bound``, epoch 0 and
 every epoch after a stale epoch whose history rows moved by more than the bound, measured
-here over the whole ``[N, d]`` matrices as each chunk overwrites its rows). Because every rule is local to
+here over the whole ``[N, d]`` matrices as each chunk overwrites its rows; with ``exact_from``
+E, every epoch from E on). Because every rule is local to
 one unit, the result does not depend on how units are split into stages: the distributed
 runtime with any number of stages must reproduce it.
 
@@ -224,6 +225,8 @@ class StaleReference:
         grad_fix, exact = o.grad_fix, bool(o.exact_every) and epoch % o.exact_every == 0
         if o.drift_bound:
             exact = self.next_exact
+        if o.exact_from and epoch >= o.exact_from:  # rule 10: the cool-down
+            exact = True
         moved = torch.zeros(2, dtype=torch.float64)  # Σ‖new − old‖², Σ‖new‖² of the stale writes
         if exact:  # one chunk of every node: nothing read from the history, no cross-chunk gradient
             D, C, cp, blocks, grad_fix = 1, 1, [0, self.g.num_nodes], [self.whole], False

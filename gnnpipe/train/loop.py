@@ -264,7 +264,7 @@ class _Evaluations:
                 hint = ("; a stale run without exact epochs collapses this way on some graphs (Amazon-Photo "
                         "GCNII-32): --drift-bound 0.7 runs an exact epoch wherever the history drifts, "
                         "--exact-every 2 every other one (docs/guide.md, 'Convergence techniques')"
-                        if cfg.mode != "graph" and not (cfg.exact or cfg.exact_every or cfg.drift_bound) else "")
+                        if cfg.mode != "graph" and not (cfg.exact or cfg.exact_every or cfg.drift_bound or cfg.exact_from) else "")
                 log.warning("epoch %d: validation accuracy %.4f is %.4f below its best (%.4f at epoch %d): "
                             "training may be diverging ('diverging' is set in metrics.jsonl)%s",
                             epoch, accs["val_acc"], best["val_acc"] - accs["val_acc"], best["val_acc"],

@@ -79,7 +79,7 @@ def executor_for_config(cfg: TrainConfig, comm, graph, user: UserChain | None = 
     opts = StaleOptions.resolve(cfg.exact, shuffle=cfg.shuffle, grad_fix=cfg.grad_fix,
                                 snapshot_period=cfg.snapshot_period, grad_scale=cfg.grad_scale,
                                 refresh_epochs=cfg.refresh_epochs, exact_every=cfg.exact_every,
-                                drift_bound=cfg.drift_bound)
+                                drift_bound=cfg.drift_bound, exact_from=cfg.exact_from)
     ex = build.build_executor(comm, graph, plan, dims, mcfg, opts, seed=cfg.seed,
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
                               history_dtype=cfg.history_dtype, device=compute_device(cfg, comm),

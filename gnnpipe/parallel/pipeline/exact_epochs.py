@@ -1,6 +1,6 @@
-"""Which epochs of a stale run are exact (stage.py rules 8 and 9).
+"""Which epochs of a stale run are exact (stage.py rules 8 to 10).
 
-Two schedules, never both:
+Two schedules, never both, and a cool-down that either may end in:
 
 - **fixed** (``--exact-every N``, rule 8): epochs 0, N, 2N, ...; a pure function of the
   epoch.
@@ -8,6 +8,8 @@ Two schedules, never both:
   nothing yet: a stale epoch 0 reads zeros for every neighbour whose chunk has not run),
   and so is every epoch that follows a stale epoch whose history **drift** exceeded ``B``.
   An exact epoch is always followed by a stale one, so at most every other epoch is exact.
+- **cool-down** (``--exact-from E``, rule 10): every epoch ``e >= E`` is exact, whatever the
+  schedule above says; the run ends on exact training's objective.
 
 The drift of a stale epoch is ``sqrt(Σ‖new − old‖² / Σ‖new‖²)`` over every history row its
 chunks wrote, every unit, stage and way (:meth:`History.write_chunk` sums them, the runtime
@@ -48,6 +50,7 @@ class ExactEpochs:
     def __init__(self, opts: StaleOptions) -> None:
         self.every = opts.exact_every
         self.bound = opts.drift_bound
+        self.since = opts.exact_from
         self.next_exact = self.bound > 0  # drift-bounded: epoch 0 is exact
 
     @property
@@ -56,6 +59,8 @@ class ExactEpochs:
 
     def is_exact(self, epoch: int) -> bool:
         """Whether ``epoch`` (the next one to run) is exact."""
+        if self.since and epoch >= self.since:
+            return True
         if self.measures_drift:
             return self.next_exact
         return bool(self.every) and epoch % self.every == 0

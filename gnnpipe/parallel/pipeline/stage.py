@@ -71,6 +71,11 @@ independent one-process implementation of the same rules, used as the tests' ora
    chunks wrote into any ``H_u`` (rule 2's writes, before the write; every stage and way),
    the relative change of the rows a chunk that ran before their own read stale. Which
    epochs those are, and why the measure, is :mod:`.exact_epochs`'.
+10. **Exact cool-down** (``exact_from`` E; 0 = off; pipeline and hybrid; with or without
+   rule 8 or 9). Every epoch ``e >= E`` runs exact (rule 8's way), whatever rules 8 and 9
+   say; the epochs before E follow them (or rules 1–5). Measured (docs/convergence-notes.md
+   section 16): with every 2nd epoch exact, the stale steps leave the late test accuracy
+   under exact training's at equal epochs; ending the run on exact steps closes most of it.
 
 Weight gradients accumulate over the chunks; each stage steps its optimizer once per epoch.
 With the shared input layer (``--shared-input``, :mod:`.shared_input`) the first unit's
