@@ -225,6 +225,12 @@ def test_accuracy_exact_epoch_variants_compare_with_graph_within_issue_29s_half_
     assert "| -0.40 (within 0.5) |" in line["squirrel-gcnii32-pipeline-exact2"]
     assert "| -0.70 (below by more than 0.5) |" in line["squirrel-gcnii32-hybrid-exact2"]
     assert "| -0.70 (within 1.5) |" in line["squirrel-gcnii32-pipeline"]
+    # the cool-down variants: the second half of each schedule exact, held to the same bound
+    for name, since in (("squirrel-gcnii32-pipeline-exact2-from75", "75"), ("physics-resgcn32-hybrid-exact2-from30", "30")):
+        f = CONFIGS[name][2]
+        assert f[f.index("--exact-from") + 1] == since and f[f.index("--exact-every") + 1] == "2"
+    md = summarize(rows("squirrel-gcnii32-graph", [0.40, 0.40]) + rows("squirrel-gcnii32-hybrid-exact2-from75", [0.393, 0.393]))
+    assert "| -0.70 (below by more than 0.5) |" in md.splitlines()[-1]
 
 
 def test_accuracy_wire_rows_compare_with_the_same_configuration_in_float32(tmp_path):

@@ -77,10 +77,16 @@ for ds, epochs, ev in (("squirrel", 150, 5), ("coauthor_physics", 60, 5)):
                                                                    "--chunks", "8"], "within 1.5 of graph")
         # Issue 29's remedy for the stale modes (docs/convergence-notes.md, sections 10-12):
         # every 2nd epoch exact. Held to issue 29's bound, 0.5 points of graph parallelism.
+        # And with the exact cool-down over the second half (section 16): every epoch from
+        # epochs / 2 on exact.
         for mode in ("pipeline", "hybrid"):
             CONFIGS[f"{short}-{mname}-{mode}-exact2"] = (mode, 4, CONFIGS[f"{short}-{mname}-{mode}"][2]
                                                           + ["--exact-every", "2"], "within 0.5 of graph")
             WITHIN_OF[f"{short}-{mname}-{mode}-exact2"] = 0.5
+            cool = f"{short}-{mname}-{mode}-exact2-from{epochs // 2}"
+            CONFIGS[cool] = (mode, 4, CONFIGS[f"{short}-{mname}-{mode}-exact2"][2] + ["--exact-from", str(epochs // 2)],
+                             "within 0.5 of graph")
+            WITHIN_OF[cool] = 0.5
         if model in SAMPLED_MODELS:  # boundary sampling (issue 33): BNS-GCN's P = 0.1, graph mode
             CONFIGS[f"{short}-{mname}-bns10"] = ("sampled", 4, base + ["--mode", "graph", "--boundary-sample", "0.1"],
                                                  "graph mode, 10 % of boundary rows: the loss the planner quotes")
