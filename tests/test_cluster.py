@@ -297,6 +297,54 @@ def test_score_wire_choice_margin_budget_and_regret():
     assert BC.score_wire_choice([r for r in rows if r["wire"] == "float32"], fn) == ("", {})
 
 
+def test_sweep_sample_cells_and_the_planners_sampling_choice(tmp_path):
+    """--samples 1,0.1: graph and hybrid cells run with every row and with 10 %, the pipeline
+    once; planner.md scores the planner's (mode, fraction) under the accuracy budget: SAGE-4
+    may sample (measured loss 0), GCNII-32 may not (13.67 points), so its choice is among
+    the every-row cells."""
+    cells = BC.sweep_cells(["50mbit"], ["graph", "pipeline", "hybrid"], ["tiny"], ["sage"], samples=[1.0, 0.1])
+    assert [(c["mode"], c["sample"]) for c in cells] == [("graph", 1.0), ("graph", 0.1), ("pipeline", 1.0),
+                                                        ("hybrid", 1.0), ("hybrid", 0.1)]
+    assert BC._cell_name(cells[1], 4) == "tiny-sage4-graph+p0.1-50mbit"
+    args = BC._cell_args(cells[1], 4, 16, 3, 4, [])
+    assert args[args.index("--boundary-sample") + 1] == "0.1" and "--boundary-sample" not in BC._cell_args(
+        cells[0], 4, 16, 3, 4, [])
+    for bad in (0.0, 1.5):
+        with pytest.raises(CL.ClusterError, match="boundary-sample fraction must be in"):
+            BC.sweep_cells(["50mbit"], ["graph"], ["tiny"], ["sage"], samples=[bad])
+    with pytest.raises(GnnpipeError, match="--samples '1,x'"):
+        BC._fractions("1,x")
+    common = {"graph": "g", "rate": "50mbit", "rate_bps": 1, "wire": "float32", "hidden": 16, "compute_s": 1.0, "comm_s": 1.0,
+              "bubble_s": 0.0, "bytes_train": 2**20, "load1_before": 0.1, "load1_after": 0.2, "cores": 2}
+
+    def cell(model, layers, mode, sample, t):
+        return dict(common, model=model, layers=layers, mode=mode, sample=sample, epoch_s=t)
+
+    rows = [cell("sage", 4, "graph", 1.0, 4.0), cell("sage", 4, "graph", 0.1, 2.0), cell("sage", 4, "pipeline", 1.0, 2.3),
+            cell("gcnii", 32, "graph", 1.0, 11.7), cell("gcnii", 32, "graph", 0.1, 2.1),
+            cell("gcnii", 32, "pipeline", 1.0, 2.5)]
+    pred = {("sage", "graph", 1.0): 4.0, ("sage", "graph", 0.1): 1.9, ("sage", "pipeline", 1.0): 1.95,
+            ("gcnii", "graph", 1.0): 11.0, ("gcnii", "graph", 0.1): 2.0, ("gcnii", "pipeline", 1.0): 2.4}
+    fn = lambda r, bps: pred[(r["model"], r["mode"], r["sample"])]  # noqa: E731
+    md, counts = BC.score_sample_choice(rows, fn)
+    # SAGE-4: graph P=0.1 predicted 1.9 s but ranks as 1.995 against the pipeline's 1.95: the
+    # pipeline is chosen, measured 2.3 s against the sampled graph's 2.0 (a miss, 1.15x)
+    assert "| g | sage | 50mbit | float32 | graph P=0.1 | 2.000 | pipeline P=1 | 2.300 | 1.15 | pipeline 2.300 |" in md
+    # GCNII-32: sampling refused by the budget; the pipeline is chosen and fastest of the rest
+    assert "| g | gcnii | 50mbit | float32 | pipeline P=1 | 2.500 | pipeline P=1 | 2.500 | 1.00 |" in md
+    assert counts == {"groups": 2, "hits": 1, "sampled_chosen": 0, "refused": 1, "regret": pytest.approx(2.3 / 2.0)}
+    # a budget that admits 13.67 points lets GCNII-32 sample: now chosen and fastest there
+    md, counts = BC.score_sample_choice(rows, fn, accuracy_budget=20.0)
+    assert "| g | gcnii | 50mbit | float32 | graph P=0.1 | 2.100 | graph P=0.1 | 2.100 | 1.00 |" in md
+    assert counts["sampled_chosen"] == 1 and counts["refused"] == 0
+    # the planner section and the summary tell the fractions apart; no sampled cell: no section
+    md, counts = BC.score_planner(rows, fn)
+    assert "sample" in counts and "| g | sage | 50mbit | float32 | pipeline | pipeline | ✓ |" in md  # P=1 cells only
+    assert "| graph | float32 P=0.1 | 50mbit | 2.000 |" in BC.summarize(rows)
+    assert BC.score_sample_choice([r for r in rows if r["sample"] == 1.0], fn) == ("", {})
+    assert BC.plot(rows, tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_cli_lists_cluster_and_needs_train_args(capsys):
     from gnnpipe.bench.cli import main
 

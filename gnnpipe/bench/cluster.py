@@ -13,6 +13,10 @@ A sweep over link rates × modes × graphs × models (one cluster per rate, one 
 ``--wires float32,int8`` runs every cell in each wire format (``gnnpipe-train --wire``); the
 table gives every cell's speed-up over graph parallelism in float32 on the same graph, model
 and link (issue 20), and the plot draws the lossy formats with their own markers.
+``--samples 1,0.1`` runs the graph and hybrid cells also with ``--boundary-sample 0.1``
+(issue 33; the pipeline has no rows between parts to sample, so its cells run once);
+``planner.md`` then scores the planner's choice of sampling under ``--accuracy-budget``
+(:func:`score_sample_choice`), as it scores the wire formats.
 
 Leftovers of runs that were SIGKILLed: ``gnnpipe-bench cluster --cleanup``.
 
@@ -70,8 +74,8 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.bench import common as C
 from gnnpipe.cli import run_cli
 from gnnpipe.config import WIRE_FORMATS, ArgumentParser, parse_config
-from gnnpipe.cost import (WIRE_MIN_GAIN, ModelSpec, chunk_counts, graph_stats_from_graph, load_profile, predict,
-                          wire_choices, with_link)
+from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, WIRE_MIN_GAIN, ModelSpec, chunk_counts, graph_stats_from_graph,
+                          load_profile, predict, sample_choices, wire_choices, with_link)
 from gnnpipe.cost import netcal
 from gnnpipe.data.load import load_graph_for
 from gnnpipe.dims import ParallelDims
@@ -145,12 +149,18 @@ def epoch_summary(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def sweep_cells(rates: Sequence[str], modes: Sequence[str], graphs: Sequence[str],
-                models: Sequence[str], wires: Sequence[str] = ("float32",)) -> list[dict[str, Any]]:
-    """Every (rate, graph, model, mode, wire) cell, rates outermost (one cluster per rate).
+                models: Sequence[str], wires: Sequence[str] = ("float32",),
+                samples: Sequence[float] = (1.0,)) -> list[dict[str, Any]]:
+    """Every (rate, graph, model, mode, wire, sample) cell, rates outermost (one cluster per
+    rate); a boundary-sampling fraction below 1 only for the modes with boundary rows to
+    sample (graph, hybrid).
 
     Raises:
-        ClusterError: an unknown graph, mode or wire format, or a bad rate.
+        ClusterError: an unknown graph, mode or wire format, a bad rate or fraction.
     """
+    for s in samples:
+        if not (isinstance(s, (int, float)) and 0.0 < s <= 1.0):
+            raise CL.ClusterError(f"boundary-sample fraction must be in (0, 1] (1: every row), got {s!r}")
     for w in wires:
         if w not in WIRE_FORMATS:
             raise CL.ClusterError(f"wire format must be one of {', '.join(WIRE_FORMATS)}, got {w!r}")
@@ -161,8 +171,19 @@ def sweep_cells(rates: Sequence[str], modes: Sequence[str], graphs: Sequence[str
         if m not in MODES:
             raise CL.ClusterError(f"mode must be one of {', '.join(MODES)}, got {m!r}")
     return [{"rate": CL.rate_text(CL.parse_rate(r)), "rate_bps": CL.parse_rate(r), "graph": g, "model": mo, "mode": m,
-             "wire": w}
-            for r in rates for g in graphs for mo in models for m in modes for w in dict.fromkeys(wires)]
+             "wire": w, "sample": float(s)}
+            for r in rates for g in graphs for mo in models for m in modes for w in dict.fromkeys(wires)
+            for s in dict.fromkeys(samples) if s == 1.0 or m != "pipeline"]
+
+
+def _sample(r: Mapping[str, Any]) -> float:
+    """A row's boundary-sampling fraction (rows of sweeps before it was a dimension: 1)."""
+    return float(r.get("sample", 1.0))
+
+
+def _variant(r: Mapping[str, Any]) -> str:
+    """A row's wire format, and its sampling fraction where below 1 ("float32 P=0.1")."""
+    return r.get("wire", "float32") + (f" P={_sample(r):g}" if _sample(r) < 1.0 else "")
 
 
 def crossovers(points: Mapping[str, Sequence[tuple[float, float]]], a: str = "graph", b: str = "pipeline") -> list[float]:
@@ -312,7 +333,7 @@ def _wait(procs: Sequence, timeout_s: float, grace_s: float = 30.0) -> list[int 
 def _cell_name(cell: Mapping[str, Any], layers: int) -> str:
     wire = cell["wire"]
     return (f"{cell['graph']}-{cell['model']}{layers}-{cell['mode']}" + (f"+{wire}" if wire != "float32" else "")
-            + f"-{cell['rate']}")
+            + (f"+p{_sample(cell):g}" if _sample(cell) < 1.0 else "") + f"-{cell['rate']}")
 
 
 def _cell_args(cell: Mapping[str, Any], layers: int, hidden: int, epochs: int, world: int,
@@ -321,7 +342,8 @@ def _cell_args(cell: Mapping[str, Any], layers: int, hidden: int, epochs: int, w
     wire = cell["wire"]
     return [*GRAPHS[cell["graph"]], "--model", cell["model"], "--layers", str(layers), "--hidden", str(hidden),
             "--epochs", str(epochs), "--eval-every", "1000000", "--seed", "0", *mode_flags(cell["mode"], world),
-            *(["--wire", wire] if wire != "float32" else []), *extra]
+            *(["--wire", wire] if wire != "float32" else []),
+            *(["--boundary-sample", f"{_sample(cell):g}"] if _sample(cell) < 1.0 else []), *extra]
 
 
 def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] = MODES,
@@ -329,7 +351,8 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
           hosts: int = 4, ranks_per_host: int = 1, delay: str | None = None, layers: int = 32, hidden: int = 100,
           epochs: int = 6, extra: Sequence[str] = (), launcher: str = "torch", timeout_s: float = 3600.0,
           predict: PredictFn | None = None, wires: Sequence[str] = ("float32",),
-          network: str = "full") -> tuple[list[dict], Path]:
+          network: str = "full", samples: Sequence[float] = (1.0,),
+          accuracy_budget: float = DEFAULT_ACCURACY_BUDGET) -> tuple[list[dict], Path]:
     """Run every cell; write ``out/sweep-<time>/`` (see the module docstring).
 
     A cell that fails is recorded with its ``error`` and the sweep goes on.
@@ -347,15 +370,19 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
             run in every one.
         network: measure each rate's link before its first cell (``"full"``, ``"quick"``:
             fewer sizes) or not (``"off"``); see the module docstring.
+        samples: boundary-sampling fractions (``--boundary-sample``): each graph and hybrid
+            cell is run with every one.
+        accuracy_budget: the planner's budget (points) when ``planner.md`` scores its choice
+            of sampling.
 
     Returns:
         (rows, the sweep's directory).
     """
     for flag, vals in (("--rates", rates), ("--modes", modes), ("--graphs", graphs), ("--models", models),
-                       ("--wires", wires)):
+                       ("--wires", wires), ("--samples", samples)):
         if not vals:
             raise CL.ClusterError(f"{flag}: give at least one (comma-separated)")
-    cells = sweep_cells(rates, modes, graphs, models, wires)
+    cells = sweep_cells(rates, modes, graphs, models, wires, samples)
     if network not in ("full", "quick", "off"):
         raise CL.ClusterError(f"--network must be full, quick or off, got {network!r}")
     world = hosts * ranks_per_host
@@ -390,7 +417,7 @@ def sweep(out: Path, rates: Sequence[str] = DEFAULT_RATES, modes: Sequence[str] 
                                   "epochs": epochs, "launcher": launcher})
     plot(rows, d / "epoch_vs_rate.png", predict=predict)
     if predict is not None:
-        (d / "planner.md").write_text(score_planner(rows, predict)[0] + "\n")
+        (d / "planner.md").write_text(score_planner(rows, predict, accuracy_budget)[0] + "\n")
     return rows, d
 
 
@@ -418,8 +445,9 @@ def measure_link(rate_bps: int | None, hosts: int, out: Path, quick: bool = Fals
             "load1": list(fit.load1)}
 
 
-def score_planner(rows: Sequence[Mapping[str, Any]], predict: PredictFn) -> tuple[str, dict]:
-    """How the cost model did on a sweep: per (graph, model, link, wire) group, the mode the
+def score_planner(rows: Sequence[Mapping[str, Any]], predict: PredictFn,
+                  accuracy_budget: float = DEFAULT_ACCURACY_BUDGET) -> tuple[str, dict]:
+    """How the cost model did on a sweep: per (graph, model, link, wire, sample) group, the mode the
     model ranks first among the group's measured cells against the measured fastest; per
     cell, the predicted epoch against the measured one.
 
@@ -437,7 +465,7 @@ def score_planner(rows: Sequence[Mapping[str, Any]], predict: PredictFn) -> tupl
             continue
         cells += 1
         within += abs(pred / r["epoch_s"] - 1.0) <= 0.25
-        key = (r.get("graph"), r.get("model"), r["rate"], r.get("wire", "float32"))
+        key = (r.get("graph"), r.get("model"), r["rate"], _variant(r))
         groups.setdefault(key, []).append((r.get("mode"), r["epoch_s"], pred))
     table, hits, wins = [], 0, {}
     for (graph, model, rate, wire), cs in groups.items():
@@ -455,10 +483,74 @@ def score_planner(rows: Sequence[Mapping[str, Any]], predict: PredictFn) -> tupl
     md += (f"\n\nThe model's first choice is the measured fastest in {hits} of {len(table)} groups; "
            f"predicted epochs are within 25 % of the measured in {within} of {cells} cells. "
            f"Measured fastest: " + ", ".join(f"{m} in {n}" for m, n in sorted(wins.items())) + ".")
-    wire_md, wire_counts = score_wire_choice(rows, predict)
+    wire_md, wire_counts = score_wire_choice([r for r in rows if _sample(r) == 1.0], predict)
     if wire_md:
         md += "\n\n" + wire_md
         counts["wire"] = wire_counts
+    sample_md, sample_counts = score_sample_choice(rows, predict, accuracy_budget)
+    if sample_md:
+        md += "\n\n" + sample_md
+        counts["sample"] = sample_counts
+    return md, counts
+
+
+def score_sample_choice(rows: Sequence[Mapping[str, Any]], predict: PredictFn,
+                        accuracy_budget: float = DEFAULT_ACCURACY_BUDGET) -> tuple[str, dict]:
+    """The planner's choice of (mode, boundary-sampling fraction) per (graph, model, link,
+    wire) on a sweep with sampled cells, against the measured epochs.
+
+    The candidates are the fractions ``gnnpipe-plan --accuracy-budget`` ranks for the
+    model at its depth (:func:`gnnpipe.cost.sample_choices`: 1, and a measured fraction
+    whose expected loss is within the budget); the planner's order is
+    :func:`gnnpipe.cost.planner.rank_key`'s (a sampled cell counts
+    :data:`gnnpipe.cost.WIRE_MIN_GAIN` slower); the measured fastest is taken over the same
+    candidates. A group whose model the budget refuses sampling still counts: its choice is
+    among the cells with every row.
+
+    Returns:
+        ("" when no group has a sampled cell, else a markdown section), ``counts``:
+        ``groups``, ``hits`` (same mode and fraction as the fastest), ``sampled_chosen``,
+        ``refused`` (groups where the budget left sampling out) and ``regret`` (the
+        largest chosen ÷ fastest measured epoch).
+    """
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        if "error" in r:
+            continue
+        pred = predict(r, r.get("rate_bps"))
+        if pred is not None:
+            groups.setdefault((r.get("graph"), r.get("model"), r["rate"], r.get("wire", "float32")), []).append(
+                (r.get("mode"), _sample(r), r["epoch_s"], pred, int(r.get("layers", 1))))
+    table, hits, sampled, refused, regret = [], 0, 0, 0, 1.0
+    for (graph, model, rate, wire), cs in groups.items():
+        if all(c[1] == 1.0 for c in cs):
+            continue
+        allowed, _ = sample_choices(str(model), accuracy_budget, layers=cs[0][4])
+        cands = [c for c in cs if c[1] in allowed]
+        refused += len(allowed) == 1
+        if len(cands) < 2:
+            continue
+        fastest = min(cands, key=lambda c: c[2])
+        chosen = min(cands, key=lambda c: c[3] * (1.0 + WIRE_MIN_GAIN if c[1] < 1.0 or wire != "float32" else 1.0))
+        every = min((c for c in cands if c[1] == 1.0), key=lambda c: c[2], default=None)
+        hits += fastest[:2] == chosen[:2]
+        sampled += chosen[1] < 1.0
+        ratio = chosen[2] / fastest[2]
+        regret = max(regret, ratio)
+        table.append([graph, model, rate, wire, f"{fastest[0]} P={fastest[1]:g}", f"{fastest[2]:.3f}",
+                      f"{chosen[0]} P={chosen[1]:g}", f"{chosen[2]:.3f}", f"{ratio:.2f}",
+                      "–" if every is None else f"{every[0]} {every[2]:.3f}"])
+    if not table:
+        return "", {}
+    counts = {"groups": len(table), "hits": hits, "sampled_chosen": sampled, "refused": refused, "regret": regret}
+    md = (f"Boundary-sampling choice (the fractions the planner ranks under --accuracy-budget {accuracy_budget:g} "
+          f"for each model at its depth; a sampled cell ranks as if {WIRE_MIN_GAIN:.0%} slower):\n\n")
+    md += C.md_table(["graph", "model", "link", "wire", "measured fastest", "s", "planner's first", "measured s",
+                      "chosen ÷ fastest", "fastest with every row, s"], table)
+    md += (f"\n\nThe planner's first (mode, fraction) is the measured fastest in {hits} of {len(table)} groups; "
+           f"it chose sampling in {sampled}; its choice is at most {regret:.2f}× the fastest measured epoch"
+           + (f"; in {refused} the budget left sampling out (the choice is then among every-row cells)" if refused
+              else "") + ".")
     return md, counts
 
 
@@ -520,10 +612,10 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> str:
     its speed-up over graph parallelism in float32 on the same graph, model and link
     (``G f32 ÷ cell``: above 1, the cell is faster)."""
     ref = {(r.get("graph"), r.get("model"), r["rate"]): r["epoch_s"] for r in rows
-           if "error" not in r and r.get("mode") == "graph" and r.get("wire", "float32") == "float32"}
+           if "error" not in r and r.get("mode") == "graph" and _variant(r) == "float32"}
     table = []
     for r in rows:
-        head = [r.get("graph", "–"), r.get("model", "–"), r.get("mode", "–"), r.get("wire", "float32"), r["rate"]]
+        head = [r.get("graph", "–"), r.get("model", "–"), r.get("mode", "–"), _variant(r), r["rate"]]
         if "error" in r:
             table.append([*head, "failed", "", "", "", "", "", ""])
             continue
@@ -543,7 +635,8 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
     line per mode. The unshaped cells sit at the right, one step past the fastest rate,
     labelled ``unshaped``. A dotted vertical line marks where graph and pipeline change order
     (float32). Lossy wire formats are drawn in the mode's colour, open markers on a dotted
-    line (no predicted line). Up to 3 panels a row, log time axis; one legend below the panels.
+    line (no predicted line); boundary-sampled cells likewise, crosses on a dash-dotted line.
+    Up to 3 panels a row, log time axis; one legend below the panels.
 
     Returns:
         the PNG's path.
@@ -551,9 +644,10 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
     plt = C.pyplot()
     from matplotlib.ticker import LogLocator, NullFormatter
 
-    ok = [r for r in rows if "error" not in r]
-    panels = list(dict.fromkeys((r["graph"], r["model"]) for r in ok)) or [("none", "")]
-    shaped = sorted({r["rate_bps"] for r in ok if r["rate_bps"]}) or [10**8]
+    every = [r for r in rows if "error" not in r]
+    ok = [r for r in every if _sample(r) == 1.0]  # the sampled cells get lines of their own
+    panels = list(dict.fromkeys((r["graph"], r["model"]) for r in every)) or [("none", "")]
+    shaped = sorted({r["rate_bps"] for r in every if r["rate_bps"]}) or [10**8]
     x_unshaped = shaped[-1] * 4  # a slot to the right of the fastest shaped rate
 
     def x_of(bps):
@@ -574,6 +668,12 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
                 if rs:
                     ax.plot(*zip(*[(x_of(r["rate_bps"]), r["epoch_s"]) for r in rs]), WIRE_STYLE[wire],
                             color=MODE_COLORS[mode], lw=0.8, ms=4, mfc="white", label=f"{mode} --wire {wire}")
+            for variant in sorted({_variant(r) for r in every if _sample(r) < 1.0}):
+                rs = sorted((r for r in every if (r["graph"], r["model"], r["mode"], _variant(r)) == (g, m, mode, variant)),
+                            key=lambda r: x_of(r["rate_bps"]))
+                if rs:
+                    ax.plot(*zip(*[(x_of(r["rate_bps"]), r["epoch_s"]) for r in rs]), "x-.",
+                            color=MODE_COLORS[mode], lw=0.8, ms=5, label=f"{mode} {variant}")
             rs = sorted((r for r in ok if (r["graph"], r["model"], r["mode"], r.get("wire", "float32"))
                          == (g, m, mode, "float32")), key=lambda r: x_of(r["rate_bps"]))
             if not rs:
@@ -593,7 +693,7 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path, predict: PredictFn | Non
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{b / 1e6:g}" for b in shaped] + ["unshaped"], fontsize=7)
         ax.minorticks_off()
-        first = next((r for r in ok if (r["graph"], r["model"]) == (g, m)), {})
+        first = next((r for r in every if (r["graph"], r["model"]) == (g, m)), {})
         shape = f"{m}-{first['layers']} d={first['hidden']}" if "layers" in first else m
         hosts = f", {first['hosts']} hosts × {first.get('ranks_per_host', 1)} rank" if "hosts" in first else ""
         ax.set_title(f"{g} {shape}{hosts}", fontsize=9)
@@ -632,6 +732,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--wires", default="float32",
                     help=f"sweep: wire formats of boundary messages, comma-separated from {','.join(WIRE_FORMATS)} "
                          "(default float32)")
+    ap.add_argument("--samples", default="1",
+                    help="sweep: boundary-sampling fractions (--boundary-sample) of the graph and hybrid cells, "
+                         "comma-separated, e.g. 1,0.1 (default 1: every row)")
+    ap.add_argument("--accuracy-budget", type=float, default=DEFAULT_ACCURACY_BUDGET,
+                    help="sweep and --plot: the planner's accuracy budget (points) when planner.md scores its "
+                         f"choice of sampling (default {DEFAULT_ACCURACY_BUDGET:g})")
     ap.add_argument("--layers", type=int, default=32, help="sweep: layers (default 32)")
     ap.add_argument("--hidden", type=int, default=100, help="sweep: hidden width (default 100)")
     ap.add_argument("--epochs", type=int, default=6, help="sweep: epochs per cell, the first not counted (default 6)")
@@ -664,6 +770,8 @@ def _entry(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise GnnpipeError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    if not (math.isfinite(args.accuracy_budget) and args.accuracy_budget >= 0):
+        raise GnnpipeError(f"--accuracy-budget: expected points of accuracy >= 0, got {args.accuracy_budget}")
     if args.out is not None:
         C.check_results_root(args.out)
     return _main(args, train_args)
@@ -716,6 +824,20 @@ def _split(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+def _fractions(s: str) -> list[float]:
+    """``--samples``: comma-separated fractions in (0, 1]."""
+    out = []
+    for x in _split(s):
+        try:
+            v = float(x)
+        except ValueError:
+            v = float("nan")
+        if not 0.0 < v <= 1.0:
+            raise GnnpipeError(f"--samples {s!r}: {x!r} is not a fraction in (0, 1] (1: every boundary row)")
+        out.append(v)
+    return out
+
+
 def _main(args: argparse.Namespace, train_args: list[str]) -> int:
     if args.cleanup:
         gone = CL.cleanup(only_dead=not args.all)
@@ -726,7 +848,7 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
         predictor = None if args.no_predict else make_predictor(args.profile)
         print(plot(rows, args.plot.parent / "epoch_vs_rate.png", predict=predictor))
         if predictor is not None:  # and how the cost model ranked the measured cells
-            md = score_planner(rows, predictor)[0]
+            md = score_planner(rows, predictor, args.accuracy_budget)[0]
             (args.plot.parent / "planner.md").write_text(md + "\n")
             print(md)
         return 0
@@ -736,7 +858,7 @@ def _main(args: argparse.Namespace, train_args: list[str]) -> int:
                         delay=args.delay, layers=args.layers, hidden=args.hidden, epochs=args.epochs,
                         extra=train_args, launcher=args.launcher, timeout_s=args.timeout,
                         predict=None if args.no_predict else make_predictor(args.profile), wires=_split(args.wires),
-                        network=args.network)
+                        network=args.network, samples=_fractions(args.samples), accuracy_budget=args.accuracy_budget)
         print(summarize(rows))
         print(f"\n(results in {d}/)")
         return 0 if all("error" not in r for r in rows) else 1
