@@ -121,9 +121,9 @@ def _without_flag(args: Sequence[str], flag: str) -> list[str]:
     return out
 
 
-def exact_every_of(args: Sequence[str]) -> int:
-    """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
-    v = _flag_value(args, "--exact-every")
+def _count_flag(args: Sequence[str], flag: str) -> int:
+    """An integer flag >= 0 of a run's gnnpipe-train flags (0: absent)."""
+    v = _flag_value(args, flag)
     if v is None:
         return 0
     try:
@@ -131,8 +131,13 @@ def exact_every_of(args: Sequence[str]) -> int:
     except ValueError:
         n = -1
     if n < 0:
-        raise GnnpipeError(f"--exact-every {v!r}: expected an integer >= 0")
+        raise GnnpipeError(f"{flag} {v!r}: expected an integer >= 0")
     return n
+
+
+def exact_every_of(args: Sequence[str]) -> int:
+    """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
+    return _count_flag(args, "--exact-every")
 
 
 def drift_bounded(args: Sequence[str]) -> bool:
@@ -148,16 +153,7 @@ def drift_bounded(args: Sequence[str]) -> bool:
 
 def exact_from_of(args: Sequence[str]) -> int:
     """The ``--exact-from`` of a run's gnnpipe-train flags (0: none)."""
-    v = _flag_value(args, "--exact-from")
-    if v is None:
-        return 0
-    try:
-        n = int(v)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise GnnpipeError(f"--exact-from {v!r}: expected an integer >= 0")
-    return n
+    return _count_flag(args, "--exact-from")
 
 
 def marks_exact_epochs(args: Sequence[str]) -> bool:
