@@ -229,10 +229,9 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
     for mode, wire in sorted({(c["mode"], c["wire"]) for c in curves}, key=lambda k: (MODES.index(k[0]), k[1])):
         runs = sorted((c for c in curves if (c["mode"], c["wire"]) == (mode, wire)), key=lambda c: c["seed"])
         to = [epochs_to(c, target) for c in runs]
-        every = exact_every_of(runs[0].get("args", ()))
-        drift = drift_bounded(runs[0].get("args", ()))
-        since = exact_from_of(runs[0].get("args", ()))
-        marked = drift or since > 0
+        args = runs[0].get("args", ())
+        every = exact_every_of(args)
+        drift, since, marked = drift_bounded(args), exact_from_of(args), marks_exact_epochs(args)
         hit = [e for e in to if e is not None]
         own = [c.get("exact_epochs") if marked else None for c, e in zip(runs, to) if e is not None]
         summed = [sum(c["epoch_time_s"][: e]) for c, e in zip(runs, to) if e is not None]
