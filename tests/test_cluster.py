@@ -333,6 +333,11 @@ def test_sweep_sample_cells_and_the_planners_sampling_choice(tmp_path):
     # GCNII-32: sampling refused by the budget; the pipeline is chosen and fastest of the rest
     assert "| g | gcnii | 50mbit | float32 | pipeline P=1 | 2.500 | pipeline P=1 | 2.500 | 1.00 |" in md
     assert counts == {"groups": 2, "hits": 1, "sampled_chosen": 0, "refused": 1, "regret": pytest.approx(2.3 / 2.0)}
+    # a refused group left with one every-row cell has no choice to score: no row, no refusal counted
+    lone = rows + [dict(cell("gcnii", 32, "graph", 1.0, 3.0), rate="unshaped"),
+                   dict(cell("gcnii", 32, "graph", 0.1, 2.9), rate="unshaped")]
+    md_lone, counts_lone = BC.score_sample_choice(lone, fn)
+    assert counts_lone == counts and "unshaped" not in md_lone
     # a budget that admits 13.67 points lets GCNII-32 sample: now chosen and fastest there
     md, counts = BC.score_sample_choice(rows, fn, accuracy_budget=20.0)
     assert "| g | gcnii | 50mbit | float32 | graph P=0.1 | 2.100 | graph P=0.1 | 2.100 | 1.00 |" in md

@@ -527,9 +527,9 @@ def score_sample_choice(rows: Sequence[Mapping[str, Any]], predict: PredictFn,
             continue
         allowed, _ = sample_choices(str(model), accuracy_budget, layers=cs[0][4])
         cands = [c for c in cs if c[1] in allowed]
-        refused += len(allowed) == 1
-        if len(cands) < 2:
+        if len(cands) < 2:  # nothing to choose between: not a group of the table, nor a refusal
             continue
+        refused += len(allowed) == 1
         fastest = min(cands, key=lambda c: c[2])
         chosen = min(cands, key=lambda c: c[3] * (1.0 + WIRE_MIN_GAIN if c[1] < 1.0 or wire != "float32" else 1.0))
         every = min((c for c in cands if c[1] == 1.0), key=lambda c: c[2], default=None)
