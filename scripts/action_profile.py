@@ -5,7 +5,8 @@
 
 Reads ``<run>/actions/rank<k>.jsonl`` and prints, per rank (way, stage), the median over
 the epochs after the first of each kind of work (seconds), then the epoch's compute and
-communication-wait medians. Kinds: ``forward``/``backward`` (units' compute, the history
+communication-wait medians and the rank's CPU seconds (``cpu_s``: a rank that shared its core
+with others computed for longer than the CPU it got). Kinds: ``forward``/``backward`` (units' compute, the history
 gather included), ``gather`` (neighbour rows into each chunk's source rows), ``encode``/
 ``decode`` (wire format, packing), ``wait_recv`` (waiting for the neighbour stage),
 ``wait_send``, ``optimizer`` (cross-way all-reduce and step), ``input`` (``--shared-input``:
@@ -28,7 +29,7 @@ def table(run: Path) -> str:
     files = sorted((run / "actions").glob("rank*.jsonl"), key=lambda p: int(p.stem[4:]))
     if not files:
         raise SystemExit(f"{run}: no actions/rank*.jsonl (train with --profile-actions --out {run})")
-    head = ["rank", "way", "stage", *KINDS, "compute_s", "comm_s"]
+    head = ["rank", "way", "stage", *KINDS, "compute_s", "comm_s", "cpu_s"]
     rows = []
     for f in files:
         recs = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
@@ -37,7 +38,8 @@ def table(run: Path) -> str:
         r0 = recs[0]
         rows.append([str(r0["rank"]), str(r0["way"]), str(r0["stage"]),
                      *(f"{med(lambda r, k=k: r['actions'].get(k, 0.0)):.3f}" if r0["actions"] else "–" for k in KINDS),
-                     f"{med(lambda r: r['compute_s']):.3f}", f"{med(lambda r: r['comm_s']):.3f}"])
+                     f"{med(lambda r: r['compute_s']):.3f}", f"{med(lambda r: r['comm_s']):.3f}",
+                     f"{med(lambda r: r['cpu_s']):.3f}" if r0.get("cpu_s") is not None else "–"])
     lines = [f"{run} ({r0['mode']}, median of {len(recs)} epochs, seconds)",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

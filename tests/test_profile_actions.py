@@ -31,10 +31,12 @@ def test_pipeline_run_records_every_kind_of_work_per_epoch(tmp_path):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for r, m in zip(recs, metrics):  # the kinds other than gather add up to the epoch
         assert sum(v for k, v in r["actions"].items() if k != "gather") <= m["epoch_time_s"] * 1.01 + 1e-3
+        # the CPU this process got over the epoch: some, and (one thread) no more than the epoch's wall time
+        assert 0 < r["cpu_s"] <= m["epoch_time_s"] * 1.1 + 0.02
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "action_profile.py"), str(out)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert "| 0 | 0 | 0 |" in p.stdout and "median of 2 epochs" in p.stdout
+    assert "| 0 | 0 | 0 |" in p.stdout and "median of 2 epochs" in p.stdout and "cpu_s |" in p.stdout
 
 
 def test_off_by_default_and_overwrite_removes_the_profile(tmp_path):

@@ -39,6 +39,9 @@ class EpochResult:
             ``gnnpipe-train --profile-actions`` records; empty in graph mode.
         exact: a stale run's exact epoch (``--exact-every``, ``--drift-bound``).
         drift: with ``--drift-bound``, a stale epoch's history drift (the same on every rank).
+        cpu_s: this process's CPU seconds over the epoch (every thread), set by the trainer:
+            beside the wall time it tells a rank that had a core to itself (``cpu_s`` close to
+            ``compute_s``) from one that shared it.
     """
 
     loss: float
@@ -50,6 +53,7 @@ class EpochResult:
     actions: dict = field(default_factory=dict)
     exact: bool = False
     drift: float | None = None
+    cpu_s: float | None = None
 
 
 #: A pipeline stage's epoch by kind of work: ``forward`` and ``backward`` (the units'

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -288,8 +289,10 @@ def _train_epoch(run: _Run, epoch: int, watch: FiniteWatch, reduce: Reducer,
     before = comm.stats.snapshot() if hasattr(comm, "stats") else {}
     device.reset_peak_memory(ex.device)
     clock.start()
+    cpu0 = time.process_time()
     res = ex.train_epoch(epoch)
     wall = clock.stop()
+    res.cpu_s = time.process_time() - cpu0
     evaluated = (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1
     accs = ex.evaluate(epoch) if evaluated else None
     after = comm.stats.snapshot() if hasattr(comm, "stats") else {}

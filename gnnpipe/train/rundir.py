@@ -335,7 +335,8 @@ class ActionLog:
     """``--profile-actions``: this rank's ``<out>/actions/rank<k>.jsonl``, one line per epoch.
 
     Each line holds the epoch, the rank's place in the layout (way, stage), its epoch's
-    ``compute_s``/``comm_s``/``bubble_s`` and, on pipeline stages, seconds by kind of work
+    ``compute_s``/``comm_s``/``bubble_s``, its process's CPU seconds over the epoch (``cpu_s``:
+    below ``compute_s`` when the rank shared a core) and, on pipeline stages, seconds by kind of work
     (:data:`gnnpipe.parallel.executor.ACTION_KINDS`). Every rank writes its own file, so
     nothing is communicated; a write that fails (a full disk) is reported once and
     profiling stops on that rank, training goes on. A resumed run appends.
@@ -358,7 +359,7 @@ class ActionLog:
         way, stage = dims.coords(self.rank)
         rec = {"epoch": epoch, "rank": self.rank, "mode": dims.mode, "way": way, "stage": stage,
                "compute_s": res.compute_s, "comm_s": res.comm_s, "bubble_s": res.bubble_s,
-               "actions": dict(res.actions)}
+               "cpu_s": res.cpu_s, "actions": dict(res.actions)}
         try:
             self.f.write(json.dumps(rec) + "\n")
             self.f.flush()
