@@ -331,6 +331,22 @@ def test_dropout_masks_by_global_id():
     assert not torch.equal(m[:, 0], m[:, 1]) and not torch.equal(m[0], m[1])
 
 
+def test_keep_mask_in_cache_sized_blocks_equals_row_by_row(monkeypatch):
+    """A CPU hashes rows in blocks of about HASH_BLOCK_VALUES values (the cache's size): the
+    blocks give every row the mask it gets alone, uneven last block included; so does the
+    mask cache, which hashes and packs in such blocks."""
+    monkeypatch.setattr(ops, "HASH_BLOCK_VALUES", 64)  # 37 columns: blocks of 1 row; 9 columns: 7 rows
+    gid = torch.randperm(5000, generator=torch.Generator().manual_seed(1))[:45]
+    for cols in (37, 9, 1):
+        m = ops.keep_mask(gid, cols, 0.4, 1, 2, 3)
+        rows = torch.cat([ops.keep_mask(gid[i : i + 1], cols, 0.4, 1, 2, 3) for i in range(gid.numel())])
+        assert m.shape == (45, cols) and torch.equal(m, rows), cols
+        for i in (0, 6, 7, 44):  # against the exact arithmetic, in the first, a middle and the last block
+            assert [bool(v) for v in m[i]] == [_py_keep(int(gid[i]), j, 0.4, 1, 2, 3) for j in range(cols)]
+        cache = ops.KeepMaskCache(5000)
+        assert torch.equal(cache.get(gid, cols, 0.4, 1, 2, 3), m)
+
+
 def test_dropout_scales_and_sparse_matches_dense():
     x = torch.rand(40, 30)
     x[x < 0.7] = 0.0

@@ -26,6 +26,12 @@ _M32 = 0xFFFFFFFF
 _MIX_C = 0x45D9F3B  # < 2**27: x * _MIX_C < 2**59 for x < 2**32, so int64 products never overflow
 # Dropout compares 24 hash bits with p * 2**24: keep-rate resolution 6e-8.
 _KEEP_BITS = 24
+#: On a CPU, :func:`keep_mask` hashes a block of rows of about this many values at a time, so
+#: the hash's int32 temporaries (a dozen passes over them) stay in a core's cache (2 MiB of L2
+#: here). Measured on this machine, one thread, CPU time: [5201 x 2089] (Squirrel's input
+#: features) 65 M values/s in one piece, 450 M/s in blocks of 2**19 values; [50000 x 100]
+#: 70 M/s against 418 M/s. The masks are the same: each entry depends on (stream, id, column) only.
+HASH_BLOCK_VALUES = 1 << 19
 
 
 def _mix64_py(x: int) -> int:
@@ -108,8 +114,19 @@ def keep_mask(gid: Tensor, num_cols: int, p: float, seed: int, epoch: int, unit:
     thresh = int(round(p * (1 << _KEEP_BITS)))
     if fused.enabled(r):  # one kernel on a GPU instead of ~13 passes
         return fused.call(fused.keep_from_keys, r, c, thresh, (1 << _KEEP_BITS) - 1)
-    e = r[:, None] ^ c[None, :]
-    e = _lowbias32_(e)
+    n = r.shape[0]
+    step = max(1, HASH_BLOCK_VALUES // max(num_cols, 1))
+    if n <= step or r.device.type != "cpu":
+        return _keep_from_keys(r, c, thresh)
+    out = torch.empty(n, num_cols, dtype=torch.bool, device=r.device)
+    for lo in range(0, n, step):
+        out[lo : lo + step] = _keep_from_keys(r[lo : lo + step], c, thresh)
+    return out
+
+
+def _keep_from_keys(r: Tensor, c: Tensor, thresh: int) -> Tensor:
+    """bool [len(r), len(c)]: the keep mask of row keys ``r`` and column keys ``c``."""
+    e = _lowbias32_(r[:, None] ^ c[None, :])
     return e.bitwise_and_((1 << _KEEP_BITS) - 1) >= thresh
 
 
@@ -171,8 +188,11 @@ class KeepMaskCache:
             if self.nbytes + self.num_nodes * width > self.max_bytes:
                 return None
             packed = torch.empty(self.num_nodes, width, dtype=torch.uint8, device=gid.device)
-            for lo in range(0, self.num_nodes, self.BLOCK_ROWS):
-                hi = min(lo + self.BLOCK_ROWS, self.num_nodes)
+            step = self.BLOCK_ROWS  # (on a CPU, rows that keep the hash and the packing in cache)
+            if gid.device.type == "cpu":
+                step = max(1, min(step, HASH_BLOCK_VALUES // max(num_cols, 1)))
+            for lo in range(0, self.num_nodes, step):
+                hi = min(lo + step, self.num_nodes)
                 keep = keep_mask(torch.arange(lo, hi, device=gid.device), num_cols, p, seed, epoch, unit)
                 if width * 8 != num_cols:
                     keep = torch.nn.functional.pad(keep, (0, width * 8 - num_cols))
