@@ -260,6 +260,41 @@ def test_accuracy_wire_rows_compare_with_the_same_configuration_in_float32(tmp_p
     assert "+1.00 vs float32 on 1 seed |" in line[f"{base}+int4"]
 
 
+def test_accuracy_keep_done_skips_runs_already_in_the_results_with_the_same_command(tmp_path, monkeypatch):
+    """--keep-done: a configuration and seed whose successful run with the very same command is in
+    <out>/accuracy.json is not run again (adding --wire int8 beside float32 rows); a failed run, another
+    seed, another --epochs or the lossy variant runs."""
+    from gnnpipe.bench import accuracy as A
+    from gnnpipe.bench.cli import main
+
+    ran = []
+
+    def fake(name, seed, out_root, timeout, epochs=None):
+        ran.append((name, seed))
+        cmd, n, _ = A._command(name, seed, out_root, epochs)
+        return {"name": name, "seed": seed, "ok": seed != 9, "test_acc": 0.4, "best_val_acc": 0.4, "best_epoch": 1,
+                "mean_epoch_time_s": 1.0, "wall_s": 1.0, "target": "t", "epochs": n, "command": " ".join(cmd[2:])}
+
+    monkeypatch.setattr(A, "run_one", fake)
+    cfg = "squirrel-gcnii32-pipeline"
+    A.run(tmp_path, only=[cfg], seeds=[0, 9], epochs=3, progress=False)
+    assert ran == [(cfg, 0), (cfg, 9)]
+    ran.clear()
+    A.run(tmp_path, only=[cfg], seeds=[0, 1, 9], epochs=3, progress=False, wire=("float32", "int8"), keep_done=True)
+    # seed 0 is kept; seed 9 failed before, so it runs again; seed 1 and the int8 rows are new
+    assert ran == [(cfg, 1), (cfg, 9), (f"{cfg}+int8", 0), (f"{cfg}+int8", 1), (f"{cfg}+int8", 9)]
+    kept = json.loads((tmp_path / "accuracy.json").read_text())
+    assert sorted((r["name"], r["seed"]) for r in kept) == sorted(
+        [(cfg, 0), (cfg, 1), (cfg, 9), (f"{cfg}+int8", 0), (f"{cfg}+int8", 1), (f"{cfg}+int8", 9)])
+    ran.clear()
+    A.run(tmp_path, only=[cfg], seeds=[0], epochs=4, progress=False, keep_done=True)  # other epochs: another command
+    assert ran == [(cfg, 0)]
+    ran.clear()
+    A.run(tmp_path, only=[cfg], seeds=[0], epochs=4, progress=False)  # without the flag: runs again
+    assert ran == [(cfg, 0)]
+    assert main(["comm", "--keep-done", "--out", str(tmp_path / "c")]) == 2  # accuracy's flag only
+
+
 # ----------------------------------------------------------------------------- load
 def test_load_fields_flag_cells_above_the_cores(capsys):
     quiet = {"load": [0.5, 0.4, 0.3], "cpus": 2}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import statistics
@@ -49,6 +50,7 @@ from gnnpipe.wire import check_format
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+log = logging.getLogger(__name__)
 
 # name -> (group, ranks, gnnpipe-train flags, target note)
 # The paper trains 5000 (Squirrel) / 300 (Physics) epochs at lr 1e-3 on 8 GPUs; on 2 CPU cores
@@ -129,12 +131,11 @@ def _flags(name: str) -> list[str]:
     return flags if wire == "float32" else flags + ["--wire", wire]
 
 
-def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | None = None) -> dict:
-    base, wire = split_wire(name)
-    group, ranks, _, target = CONFIGS[base]
+def _command(name: str, seed: int, out_root: Path, epochs: int | None = None) -> tuple[list[str], int, Path]:
+    """(the ``mpirun`` command line of one run, its epochs, its run directory)."""
+    base, _ = split_wire(name)
+    ranks = CONFIGS[base][1]
     flags = _flags(name)
-    if wire != "float32":
-        target = _wire_target(base, wire)
     if epochs is not None:  # --epochs override: replace the configuration's own value
         flags = list(flags)
         flags[flags.index("--epochs") + 1] = str(epochs)
@@ -142,6 +143,20 @@ def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | No
     out = out_root / name / f"seed{seed}"
     cmd = [str(VENV_BIN / "mpirun"), "-np", str(ranks), str(VENV_BIN / "gnnpipe-train"), *flags,
            "--seed", str(seed), "--out", str(out), "--no-progress"]
+    return cmd, n_epochs, out
+
+
+def done_already(results: list[dict], name: str, seed: int, out_root: Path, epochs: int | None = None) -> bool:
+    """Whether ``results`` hold a successful run of configuration ``name`` and ``seed`` with
+    the very command this run would use (same flags, epochs and run directory)."""
+    cmd = " ".join(_command(name, seed, out_root, epochs)[0][2:])
+    return any(r.get("ok") and r["name"] == name and r["seed"] == seed and r.get("command") == cmd for r in results)
+
+
+def run_one(name: str, seed: int, out_root: Path, timeout: int, epochs: int | None = None) -> dict:
+    base, wire = split_wire(name)
+    target = CONFIGS[base][3] if wire == "float32" else _wire_target(base, wire)
+    cmd, n_epochs, out = _command(name, seed, out_root, epochs)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     t0 = time.time()
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
@@ -345,7 +360,7 @@ def fill_doc(doc: Path, md: str) -> bool:
 
 
 def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | None = None, progress: bool = True,
-        timeout: int = 7200, wire=("float32",)) -> tuple[list[dict], str]:
+        timeout: int = 7200, wire=("float32",), keep_done: bool = False) -> tuple[list[dict], str]:
     """``gnnpipe-bench accuracy``: run the configurations, merge into ``out/accuracy.json``
     (``--quick``: ``out/accuracy-quick/accuracy.json``); nothing outside ``out`` is written.
 
@@ -359,6 +374,9 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
             compared with the same configuration in float32, which must be run too).
         progress: tqdm bar over (configuration, seed).
         timeout: seconds per run.
+        keep_done: skip a (configuration, seed) whose successful run with the same command is
+            already in the results file (``--keep-done``: add a lossy ``--wire`` beside
+            float32 rows already run, or go on after an interrupted run).
 
     Returns:
         (all results in the JSON file, markdown table).
@@ -382,7 +400,14 @@ def run(out: Path, quick: bool = False, only=None, seeds=None, epochs: int | Non
         except ValueError as e:
             raise GnnpipeError(f"--wire: {e}") from None
     names = [variant(n, w) for n in names for w in dict.fromkeys(wire)]
-    for name, seed in tqdm([(n, s) for n in names for s in seeds], desc="accuracy", disable=not progress):
+    todo = [(n, s) for n in names for s in seeds]
+    if keep_done:
+        kept = [(n, s) for n, s in todo if done_already(results, n, s, out / sub, epochs)]
+        if kept:
+            log.info("--keep-done: %d run(s) already in %s, not run again: %s", len(kept), results_file,
+                     ", ".join(f"{n} seed {s}" for n, s in kept))
+        todo = [x for x in todo if x not in kept]
+    for name, seed in tqdm(todo, desc="accuracy", disable=not progress):
         r, load = C.timed_cell(lambda: run_one(name, seed, out / sub, timeout, epochs), f"{name} seed {seed}")
         r.update(C.load_fields([load]))
         results = [x for x in results if not (x["name"] == name and x["seed"] == seed)] + [r]

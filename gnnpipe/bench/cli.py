@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--runs", type=int, default=None, help="epoch: repeated runs per configuration (default 3)")
     ap.add_argument("--epochs", type=int, default=None, help="epoch: epochs per run (default 5, first skipped); accuracy: override")
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="accuracy: seeds (default 0)")
+    ap.add_argument("--keep-done", action="store_true",
+                    help="accuracy: skip a configuration and seed already run with the same command "
+                         "(in <out>/accuracy.json), e.g. float32 rows when adding --wire float32,int8")
     ap.add_argument("--sizes", type=_int_list, default=None, help="scale: node counts, e.g. 62500,250000,1000000")
     ap.add_argument("--method", choices=("metis", "random"), default="metis", help="scale: partitioner (default metis)")
     ap.add_argument("--random-above", type=int, default=None,
@@ -93,6 +96,8 @@ def check_args(args: argparse.Namespace) -> None:
             empty results over the old ones).
     """
     C.check_results_root(Path(args.out))
+    if getattr(args, "keep_done", False) and args.sub != "accuracy":
+        raise GnnpipeError(f"--keep-done: only gnnpipe-bench accuracy keeps runs already done, not {args.sub}")
     for flag, v in (("--runs", args.runs), ("--epochs", args.epochs), ("--random-above", args.random_above)):
         if v is not None and v < 1:
             raise GnnpipeError(f"{flag}: expected an integer >= 1, got {v}")
@@ -212,7 +217,8 @@ def _dispatch(args: argparse.Namespace) -> tuple[list | None, str]:
     from gnnpipe.bench import accuracy
 
     extra = {"wire": args.wire} if args.wire else {}
-    return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, **extra, **kw)
+    return accuracy.run(args.out, only=args.only, seeds=args.seeds, epochs=args.epochs, keep_done=args.keep_done,
+                        **extra, **kw)
 
 
 if __name__ == "__main__":
