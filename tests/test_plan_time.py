@@ -249,6 +249,28 @@ def test_oversubscribed_unequal_stages_share_the_cores_by_demand(cpu):
     assert g_shared.compute_s == pytest.approx(2.0 * g_alone.compute_s, rel=1e-9)
 
 
+def test_graph_mode_sage_transforms_its_source_rows_with_w_l_only(cpu):
+    """A SAGE layer that transforms first (in > out) runs its neighbour transform W_l on every
+    source row (own + halo) and its root transform W_r on its destination rows
+    (gnnpipe.models.pyg.SAGEConv): graph mode's GEMM time is half the unit's FLOPs over the
+    source rows, half over its rows; GCN's transform-first GEMM runs all on the source rows."""
+    from gnnpipe.cost.units import gemm_rows_frac, unit_works
+
+    st = GraphStats(20000, 200000, 2000, 8, name="wide").with_parts(
+        [PartInfo(4, 36000, 5000, 50000, 9000, "test")])
+    gemm_only = replace(cpu, spmm_edge_width_s=1e30, mem_bytes_s=1e30, unit_overhead_s=0.0, dropout_values_s=1e30,
+                        gather_bytes_s=1e30, cores_per_host=64.0, shared_slowdown=1.0, oversub_slowdown=1.0)
+    rows, src = 5000 / 20000, (5000 + 9000) / 20000
+    for model, share in (("sage", 0.5), ("gcn", 1.0)):
+        spec = ModelSpec(model, 3, 64)
+        us = unit_works(st, spec)
+        assert [u.gemm_on_src for u in us] == [True, False, True]  # 2000 -> 64 and 64 -> 8 transform first
+        assert us[0].src_gemm_share == share and gemm_rows_frac(us[1], rows, src) == rows
+        want = sum(u.gemm_flops * (share * src + (1 - share) * rows if u.gemm_on_src else rows) for u in us) / 6e10
+        p = predict(st, spec, ParallelDims("graph", 4), gemm_only)
+        assert p.compute_s == pytest.approx(want, rel=1e-9), model
+
+
 def test_calibrate_measures_the_base_memory_of_a_rank():
     """The profile's per-rank base is measured (a fresh process trains a 400-node graph), not
     written by hand: it must at least hold torch and PyG, and not be graph-sized."""

@@ -18,7 +18,8 @@ outnumbers the cores (some member is always descheduled), ``oversub_wait_s`` (at
 compute between two collectives).
 
 **Graph parallelism**: the largest part computes every unit on its rows (transforms on
-its rows plus halo rows for gcn/gat, which transform ``h_src``), gathers its send rows
+its rows plus halo rows for gcn/gat, which transform ``h_src``; sage transforming first
+runs its neighbour transform there and its root transform on its rows), gathers its send rows
 and concatenates [own | halo] per exchanged layer (and scatters the halo's gradient back,
 at ``gather_bytes_s``), then per exchanged layer
 (:func:`gnnpipe.partition.volume.exchanged_layers`) one blocking all-to-all forward and
@@ -81,7 +82,8 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
 from gnnpipe.cost.memory import ADAM_COPIES, block_bytes, dataset_bytes, feature_bytes, saved_bytes
 from gnnpipe.cost.profile import HardwareProfile, load_profile, profiles_dir
-from gnnpipe.cost.units import codec_time, dropout_time, elem_time, param_count, unit_time, unit_works
+from gnnpipe.cost.units import (codec_time, dropout_time, elem_time, gemm_rows_frac, param_count, unit_time,
+                                unit_works)
 from gnnpipe.dims import ParallelDims
 from gnnpipe.partition import volume
 from gnnpipe.partition.layers import assign_layers, layer_costs
@@ -366,7 +368,7 @@ def _predict_graph(stats, spec, topo, prof, units) -> Prediction:
     for u in units:
         # Aggregation work follows the part's edges; row work its rows (+ halo rows for
         # transforms on h_src).
-        compute += (u.gemm_flops * (frac_src if u.gemm_on_src else frac_rows) / prof.gemm_flops_s
+        compute += (u.gemm_flops * gemm_rows_frac(u, frac_rows, frac_src) / prof.gemm_flops_s
                     + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s
                     + elem_time(u, prof, frac_rows, frac_src)
                     + 2 * prof.unit_overhead_s)
@@ -591,7 +593,8 @@ def pipeline_unit_seconds(stats: GraphStats, spec: ModelSpec, ways: int, chunks:
     for u in (unit_works(stats, spec) if units is None else units):
         on_src = u.gemm_on_src and u.aggregates
         epoch_x = on_src and epoch_input_transform(spec.model, u, stats, C)
-        frac_gemm = (x_rows_of(N, rows, pi.max_halo, D) / N) if epoch_x else (frac_src if on_src else frac_rows)
+        # (the epoch input transform runs both of sage's transforms on every feature row)
+        frac_gemm = (x_rows_of(N, rows, pi.max_halo, D) / N) if epoch_x else gemm_rows_frac(u, frac_rows, frac_src)
         t = unit_time(u, prof, 0.0, 2 * C) + (
             u.gemm_flops * frac_gemm / prof.gemm_flops_s
             + u.spmm_ew * (frac_edges if u.aggregates else frac_rows) / prof.spmm_edge_width_s

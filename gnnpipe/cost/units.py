@@ -41,6 +41,10 @@ class UnitWork:
         aggregates: needs neighbour rows (history in the pipeline, halo in graph mode).
         reads_features: its input is the constant input features.
         gemm_on_src: its transform runs on the source rows (own + halo) in graph mode.
+        src_gemm_share: with ``gemm_on_src``, the share of ``gemm_flops`` that runs on the
+            source rows: 1, except sage's 1/2 (its neighbour transform ``W_l`` runs on every
+            source row, its root transform ``W_r`` on the destination rows only:
+            :class:`gnnpipe.models.pyg.SAGEConv`).
         agg_first: it aggregates at the input width before its transform, whose GEMM then
             keeps (and runs on) destination rows only (gcn / sage with dense input and
             ``in_dim <= out_dim``: :func:`gnnpipe.models.pyg.aggregate_first`).
@@ -65,6 +69,7 @@ class UnitWork:
     aggregates: bool
     reads_features: bool
     gemm_on_src: bool = False
+    src_gemm_share: float = 1.0
     agg_first: bool = False
     act: str = ""
     heads: int = 1
@@ -116,8 +121,8 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
                 params = fin * fout + fout
             elif m == "sage":
                 # Self linear on dst rows; neighbour mean at the input width (aggregate first)
-                # or of the transformed src rows. (Transform first: half the GEMM is on dst
-                # rows, modelled as all on src.)
+                # or of the transformed src rows (transform first: half the GEMM, the
+                # neighbour transform's, on src rows; src_gemm_share below).
                 g, sp = first_gemm(fout, 2) if first else (3.0 * 2.0 * 2.0 * N * fin * fout, 0.0)
                 sp += sp_in if agg_first else 2.0 * E * fout
                 params = 2 * fin * fout + fout
@@ -130,7 +135,8 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
             dropped = not (first and nnz is not None)
             out.append(UnitWork(g, sp, elem(fout), params, fin, fout,
                                 True, first, gemm_on_src=not agg_first, agg_first=agg_first, act=act,
-                                heads=heads, drop_values=drop(fin, dropped)))
+                                heads=heads, drop_values=drop(fin, dropped),
+                                src_gemm_share=0.5 if m == "sage" else 1.0))
         return out
     g, sp = first_gemm(d)
     out.append(UnitWork(g, sp, elem(d), F * d + d, F, d, False, True,
@@ -147,6 +153,16 @@ def unit_works(stats: GraphStats, spec: ModelSpec) -> list[UnitWork]:
     out.append(UnitWork(3.0 * 2.0 * N * d * K, 0.0, elem(K), d * K + K + pre, d, K, False, False, act="loss",
                         drop_values=drop(d)))
     return out
+
+
+def gemm_rows_frac(u: UnitWork, frac_rows: float, frac_src: float) -> float:
+    """The fraction of the graph's rows ``u``'s GEMMs run on, for a part (or chunk) of
+    ``frac_rows`` destination and ``frac_src`` source rows: its destination rows, or for a
+    transform on the source rows, those for its :attr:`UnitWork.src_gemm_share` and the
+    destination rows for the rest."""
+    if not u.gemm_on_src:
+        return frac_rows
+    return u.src_gemm_share * frac_src + (1.0 - u.src_gemm_share) * frac_rows
 
 
 def num_units(spec: ModelSpec) -> int:
