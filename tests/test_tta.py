@@ -164,6 +164,25 @@ def test_a_curve_with_bad_epochs_or_tests_is_refused_naming_the_line(field, valu
     assert len(err) == 1 and "curves.jsonl, line 2" in err[0] and needle in err[0], err
 
 
+@pytest.mark.parametrize("field, value", [("epoch_s", 9_000_000_000_000_000_000), ("epoch_s", 10**400),
+                                          ("exact_epoch_s", 10**400)], ids=["int19", "int401", "exact-int401"])
+def test_huge_or_integer_seconds_are_plotted_or_refused_in_one_line(field, value, tmp_path, capsys):
+    """The fuzzer's find: an integer epoch_s of 19 digits times the epochs left int64, and the plot's
+    numpy array became objects (a traceback); one beyond a float's range must be refused, not crash."""
+    d = tmp_path / "r"
+    d.mkdir()
+    curves, timing = [dict(c) for c in CURVES], [dict(t) for t in TIMING]
+    timing[0][field] = value
+    (d / "curves.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curves))
+    (d / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timing))
+    code = tta.main(["--plot", str(d)])
+    err = capsys.readouterr().err
+    if value == 10**400:  # beyond a float: refused
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "positive number" in err, err
+    else:
+        assert code == 0 and (d / "tta.png").stat().st_size > 0, err
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--config", "nope"], "--config 'nope'"),
     (["--config", "tiny", "--modes", "graph,pipe"], "--modes"),

@@ -419,9 +419,10 @@ def _read_jsonl(path: Path, fields: Mapping[str, type] | None = None) -> list[di
                 raise GnnpipeError(f"{path}, line {n}: rate {rec['rate']!r:.30} is not a link rate") from None
         # (the list fields are a curve's; a timing record's "epochs" counts its timed epochs)
         nums = [rec[k] for k in ("epochs", "val", "test", "epoch_time_s") if k in fields]
-        if any(not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in xs)
-               for xs in nums):
+        if any(not all(_finite(x) for x in xs) for xs in nums):
             raise GnnpipeError(f"{path}, line {n}: epochs, val, test and epoch_time_s must hold finite numbers")
+        if "epoch_time_s" in fields:  # seconds are floats: an integer of 19 digits times the epochs leaves int64
+            rec["epoch_time_s"] = [float(t) for t in rec["epoch_time_s"]]
         if "val" in fields and (len(rec["val"]) != len(rec["epochs"]) or not rec["val"]):
             raise GnnpipeError(f"{path}, line {n}: {len(rec['epochs'])} epochs but {len(rec['val'])} "
                                "validation accuracies (expected as many, at least one)")
@@ -440,10 +441,23 @@ def _read_jsonl(path: Path, fields: Mapping[str, type] | None = None) -> list[di
                                f"got {ex!r:.60}")
         for key in ("epoch_s", "exact_epoch_s"):
             v = rec.get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            if v is None:
+                continue
+            if not (_finite(v) and v > 0):
                 raise GnnpipeError(f"{path}, line {n}: field {key!r} should be a positive number, got {v!r:.60}")
+            rec[key] = float(v)
         recs.append(rec)
     return recs
+
+
+def _finite(x: Any) -> bool:
+    """A JSON number (not a bool) that is finite as a float (an integer too large for a float is not)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 def _append(path: Path, rec: Mapping[str, Any]) -> None:
