@@ -115,13 +115,18 @@ def keep_mask(gid: Tensor, num_cols: int, p: float, seed: int, epoch: int, unit:
     if fused.enabled(r):  # one kernel on a GPU instead of ~13 passes
         return fused.call(fused.keep_from_keys, r, c, thresh, (1 << _KEEP_BITS) - 1)
     n = r.shape[0]
-    step = max(1, HASH_BLOCK_VALUES // max(num_cols, 1))
+    step = hash_block_rows(num_cols)
     if n <= step or r.device.type != "cpu":
         return _keep_from_keys(r, c, thresh)
     out = torch.empty(n, num_cols, dtype=torch.bool, device=r.device)
     for lo in range(0, n, step):
         out[lo : lo + step] = _keep_from_keys(r[lo : lo + step], c, thresh)
     return out
+
+
+def hash_block_rows(num_cols: int) -> int:
+    """Rows of ``num_cols`` columns a CPU hashes at a time (about :data:`HASH_BLOCK_VALUES` values)."""
+    return max(1, HASH_BLOCK_VALUES // max(num_cols, 1))
 
 
 def _keep_from_keys(r: Tensor, c: Tensor, thresh: int) -> Tensor:
@@ -190,7 +195,7 @@ class KeepMaskCache:
             packed = torch.empty(self.num_nodes, width, dtype=torch.uint8, device=gid.device)
             step = self.BLOCK_ROWS  # (on a CPU, rows that keep the hash and the packing in cache)
             if gid.device.type == "cpu":
-                step = max(1, min(step, HASH_BLOCK_VALUES // max(num_cols, 1)))
+                step = min(step, hash_block_rows(num_cols))
             for lo in range(0, self.num_nodes, step):
                 hi = min(lo + step, self.num_nodes)
                 keep = keep_mask(torch.arange(lo, hi, device=gid.device), num_cols, p, seed, epoch, unit)
