@@ -28,9 +28,10 @@ _MIX_C = 0x45D9F3B  # < 2**27: x * _MIX_C < 2**59 for x < 2**32, so int64 produc
 _KEEP_BITS = 24
 #: On a CPU, :func:`keep_mask` hashes a block of rows of about this many values at a time, so
 #: the hash's int32 temporaries (a dozen passes over them) stay in a core's cache (2 MiB of L2
-#: here). Measured on this machine, one thread, CPU time: [5201 x 2089] (Squirrel's input
-#: features) 65 M values/s in one piece, 450 M/s in blocks of 2**19 values; [50000 x 100]
-#: 70 M/s against 418 M/s. The masks are the same: each entry depends on (stream, id, column) only.
+#: here). ``python scripts/bench_hash.py`` (one thread, CPU time; 2026-12-07, load 1.2):
+#: [5201 x 2089] (Squirrel's input features) 60 M values/s in one block, 464 M/s in blocks of
+#: 2**19 values; [50000 x 100] 175 against 462 M/s. The masks are the same: each entry depends
+#: on (stream, id, column) only.
 HASH_BLOCK_VALUES = 1 << 19
 
 
