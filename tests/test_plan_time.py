@@ -200,8 +200,16 @@ def test_calibrate_writes_the_user_profile_dir(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GNNPIPE_PROFILE_DIR", str(tmp_path / "mine"))
     assert P.main(["calibrate"]) == 0
     assert (tmp_path / "mine" / "cpu-this-machine.toml").is_file()
-    assert "wrote " + str(tmp_path / "mine" / "cpu-this-machine.toml") in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "wrote " + str(tmp_path / "mine" / "cpu-this-machine.toml") in err
+    assert "the planner's --profile cpu-this-machine now reads it" in err
     assert load_profile("cpu-this-machine").unit_overhead_s == pytest.approx(2e-4)
+    # Written elsewhere, the name would read another file: the message gives the path to pass.
+    other = tmp_path / "lab" / "today.toml"
+    assert P.main(["calibrate", "--out", str(other)]) == 0
+    err = capsys.readouterr().err
+    assert f"pass --profile {other} to the planner" in err and "now reads it" not in err
+    assert load_profile(str(other)).unit_overhead_s == pytest.approx(2e-4)
 
 
 def test_calibrate_device_runs_the_gpu_measurements_on_the_cpu_as_a_dry_run():

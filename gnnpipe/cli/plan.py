@@ -537,10 +537,20 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"{out}: cannot write the profile ({e.strerror})") from None
     print(text)
     print(f"{PROG}: wrote {out} in {time.perf_counter() - t_start:.0f} s (load {load0:.1f} -> "
-          f"{os.getloadavg()[0]:.1f} on {cores} cores); the planner's --profile {prof.name} now reads it"
-          + (f" while the current directory is {Path.cwd()}" if not os.environ.get(PROFILE_DIR_ENV) and not args.out
-             else ""), file=sys.stderr)
+          f"{os.getloadavg()[0]:.1f} on {cores} cores); {how_to_use(out, prof.name)}", file=sys.stderr)
     return 0
+
+
+def how_to_use(out: Path, name: str) -> str:
+    """How the planner reaches a profile just written to ``out``: by ``name`` when ``out`` is
+    where ``--profile name`` looks first, else by its path (a name would read another file)."""
+    by_name = user_profiles_dir() / f"{name}.toml"
+    if by_name.resolve() == out.resolve():
+        return (f"the planner's --profile {name} now reads it"
+                + ("" if os.environ.get(PROFILE_DIR_ENV) or by_name.is_absolute()
+                   else f" while the current directory is {Path.cwd()}"))
+    shipped = " or the shipped profile" if (profiles_dir() / f"{name}.toml").is_file() else ""
+    return f"pass --profile {out} to the planner (--profile {name} reads {by_name}{shipped}, not this file)"
 
 
 def _calibrate_network(args) -> int:
@@ -588,7 +598,7 @@ def _calibrate_network(args) -> int:
     print("\n".join(fit.lines()))
     print(f"{PROG}: wrote {out} in {fit.wall_s:.0f} s: inter_bw_bytes_s {fit.bw_bytes_s:.4g} "
           f"({fit.bw_bytes_s * 8 / 1e6:.1f} Mbit/s), inter_latency_s {fit.latency_s:.3g}, "
-          f"a2a_factor {fit.a2a_factor:.3g}", file=sys.stderr)
+          f"a2a_factor {fit.a2a_factor:.3g}; {how_to_use(out, base.name)}", file=sys.stderr)
     return 0
 
 
