@@ -154,8 +154,10 @@ class PipelineExecutor(Executor):
         for p in self.params:
             p.grad = None
         ahead = CarryAhead(self.comm, st, self.carry_dim, self.wire, epoch) if CarryAhead.wanted(st, self.S) else None
-        run = _EpochRun(st, epoch, actions, self._width(st.in_dim, () if ahead else self.carry_in_keys),
-                        self._width(st.out_dim, () if ahead else st.carry_out_keys))
+        # the carry keys packed beside the rows of each chunk message (none when they travel ahead)
+        in_keys, out_keys = ((), ()) if ahead else (self.carry_in_keys, st.carry_out_keys)
+        run = _EpochRun(st, epoch, actions, in_keys, out_keys, self._width(st.in_dim, in_keys),
+                        self._width(st.out_dim, out_keys))
         run.ahead = ahead
         run.shared = self.shared_input if st is self.stage else None  # (an exact epoch: stage 0's own path)
         if run.shared is not None:
@@ -233,8 +235,7 @@ class PipelineExecutor(Executor):
         d = st.in_dim if tag == "F" else st.out_dim
         if self.wire.lossy:
             buf = self.wire.decode(buf, run.in_w if tag == "F" else run.out_w)
-        keys = () if run.ahead is not None else self.carry_in_keys if tag == "F" else st.carry_out_keys
-        h, carry = self._unpack(buf, d, keys)
+        h, carry = self._unpack(buf, d, run.in_keys if tag == "F" else run.out_keys)
         run.inbox[(tag, k)] = (h, {**carry, **carry_msgs})
         run.spent["decode"] += time.perf_counter() - t1
 
@@ -249,7 +250,7 @@ class PipelineExecutor(Executor):
         if st.is_last:
             run.counts += st.train_counts(k, out)
         else:
-            msg = self._pack(out, cout, () if run.ahead else st.carry_out_keys)
+            msg = self._pack(out, cout, run.out_keys)
             run.outbox[("F", k)] = self._encode(msg, st, k, run.epoch, False)
             run.spent["encode"] += time.perf_counter() - t1
 
@@ -263,7 +264,7 @@ class PipelineExecutor(Executor):
         t1 = time.perf_counter()
         run.spent["backward"] += t1 - t0
         if self.s > 0:
-            msg = self._pack(g_in, g_cin, () if run.ahead else self.carry_in_keys)
+            msg = self._pack(g_in, g_cin, run.in_keys)
             run.outbox[("B", k)] = self._encode(msg, st, k, run.epoch, True)
             if run.ahead:
                 run.carry_grads = g_cin  # sent after the rows' gradient (_on_send_b)
@@ -385,8 +386,10 @@ class _EpochRun:
     (``outbox``), the sends in flight, and the epoch's sums (loss and training counts stay
     on the device until the end), bubble and seconds by kind of work."""
 
-    def __init__(self, st: PipelineStage, epoch: int, actions: list, in_w: int, out_w: int) -> None:
+    def __init__(self, st: PipelineStage, epoch: int, actions: list, in_keys: tuple, out_keys: tuple,
+                 in_w: int, out_w: int) -> None:
         self.st, self.epoch, self.actions, self.in_w, self.out_w = st, epoch, actions, in_w, out_w
+        self.in_keys, self.out_keys = in_keys, out_keys  # carry keys beside the rows of arriving / leaving messages
         self.recvs: dict[tuple, tuple] = {}
         self.inbox: dict[tuple, tuple] = {}
         self.outbox: dict[tuple, torch.Tensor] = {}
