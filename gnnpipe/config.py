@@ -132,6 +132,11 @@ class TrainConfig:
                             "input rows (its dense transform of wide raw features) and sends them to stage 0, "
                             "instead of stage 0 doing it all (gcn/sage wider in than --hidden, gat); stale "
                             "training's numbers up to rounding; pays on fast links (docs/benchmarks.md)")
+    local_carry: bool = _f(False, "pipeline/hybrid: every stage computes the carry the input layer writes (gcnii's "
+                           "h0) from the features itself, instead of receiving it beside the rows: stage 0 sends the "
+                           "input layer's weights and gets its gradient back (smaller when the graph has more nodes "
+                           "than features); stale epochs only; stale training's numbers up to rounding; pays on slow "
+                           "links (docs/benchmarks.md)")
     comm: str = _f("auto", "communicator: torch (Gloo/NCCL), mpi (mpi4py), auto (mpi under mpirun)", choices=("auto", "torch", "mpi"))
     device: str = _f("cpu", "cpu or cuda (each rank on GPU (local rank // ranks per GPU))", choices=("cpu", "cuda"))
     comm_backend: str = _f("auto", "--device cuda with --comm torch: nccl (one rank per GPU), gloo (messages staged "
@@ -200,6 +205,13 @@ class TrainConfig:
                                   if self.mode == "graph" else
                                   "it sums the weight gradient in per-stage shares, which --exact forbids")
                                + " (drop --shared-input)")
+        if self.local_carry and (self.mode == "graph" or self.exact):
+            raise GnnpipeError("--local-carry computes a pipeline's carry on each of its stages: "
+                               + ("graph parallelism moves no carry between stages, not --mode graph"
+                                  if self.mode == "graph" else
+                                  "it sums the input layer's weight gradient in per-stage shares, which --exact "
+                                  "forbids")
+                               + " (drop --local-carry)")
         if self.exact_every and self.mode == "graph":
             raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "

@@ -1,8 +1,11 @@
 """The shared input layer measured: graph parallelism, the pipeline, and the pipeline with
-``--shared-input``, on the emulated cluster, as ratios inside one run (issue 33).
+``--shared-input`` (or, with ``--third local``, ``--local-carry``), on the emulated cluster,
+as ratios inside one run (issue 33).
 
     sudo .venv/bin/python scripts/bench_shared_input.py --rates unshaped,50mbit \\
         --config "squirrel sage 4 256" --config "squirrel sage 16 100" [--reps 2] [--out DIR]
+    sudo .venv/bin/python scripts/bench_shared_input.py --third local --rates 50mbit \\
+        --config "coauthor_physics gcnii 32 100"
 
 Each ``--config "DATASET MODEL LAYERS HIDDEN"`` trains 4 epochs (``--epochs``) on 4
 emulated hosts × 1 rank (``gnnpipe-bench cluster``) in each mode at each rate, the modes in
@@ -27,11 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODES = {
-    "graph": ["--mode", "graph"],
-    "pipeline": ["--mode", "pipeline", "--stages", "4", "--chunks", "16"],
-    "pipeline+shared": ["--mode", "pipeline", "--stages", "4", "--chunks", "16", "--shared-input"],
-}
+PIPELINE = ["--mode", "pipeline", "--stages", "4", "--chunks", "16"]
+MODES = {"graph": ["--mode", "graph"], "pipeline": PIPELINE}
+THIRD = {"shared": "--shared-input", "local": "--local-carry"}
 ROW = re.compile(r"^\| (\d+)x(\d+) \| (\S+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|")
 
 
@@ -74,12 +75,17 @@ def main(argv=None) -> int:
     ap.add_argument("--config", action="append", required=True, help='"DATASET MODEL LAYERS HIDDEN"')
     ap.add_argument("--rates", default="unshaped,50mbit")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--third", choices=sorted(THIRD), default="shared",
+                    help="the third mode: the pipeline with --shared-input (default) or --local-carry")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--out", default=None, help="keep the run directories here (default: a temporary one)")
     ap.add_argument("--reuse", action="store_true",
                     help="a job whose run directory under --out holds its cell.json is read, not run again "
                          "(to score the planner on earlier runs)")
     args = ap.parse_args(argv)
+    third = f"pipeline+{args.third}"
+    MODES[third] = PIPELINE + [THIRD[args.third]]
+    ab = "p+" + args.third[0]
     if os.geteuid() != 0 and not args.reuse:
         raise SystemExit("bench_shared_input: needs root (network namespaces)")
     configs = []
@@ -91,8 +97,8 @@ def main(argv=None) -> int:
     root = Path(args.out or tempfile.mkdtemp(prefix="gnnpipe-shared-"))
     print(f"4 emulated hosts x 1 rank; median epoch of epochs 1-{args.epochs - 1}, median of {args.reps} rep(s); "
           f"runs under {root}")
-    print("| config | link | graph s | pipeline s | pipeline+shared s | MiB/epoch g / p / p+s "
-          "| pipeline vs graph | p+shared vs graph | p+shared vs pipeline | predicted g / p / p+s s "
+    print(f"| config | link | graph s | pipeline s | {third} s | MiB/epoch g / p / {ab} "
+          f"| pipeline vs graph | {ab} vs graph | {ab} vs pipeline | predicted g / p / {ab} s "
           "| planner's pick: measured fastest? | load before → after |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     picks = [0, 0]
@@ -116,7 +122,7 @@ def main(argv=None) -> int:
                     got[mode].append(t)
                     mib[mode] = b
             med = {m: statistics.median(v) for m, v in got.items()}
-            g, p, s = med["graph"], med["pipeline"], med["pipeline+shared"]
+            g, p, s = med["graph"], med["pipeline"], med[third]
             pred = {m: predicted(root / f"{'-'.join(cfg)}-{rate}-{m}-0") for m in MODES}
             pick = verdict = "–"
             if None not in pred.values():
@@ -127,7 +133,7 @@ def main(argv=None) -> int:
                 verdict = f"{pick}: {'yes' if ok else f'no ({min(med, key=med.get)} is)'}"
             ptxt = " / ".join("–" if pred[m] is None else f"{pred[m]:.3f}" for m in MODES)
             print(f"| {cfg[0]} {cfg[1].upper()}-{cfg[2]} d={cfg[3]} | {rate} | {g:.3f} | {p:.3f} | {s:.3f} | "
-                  f"{mib['graph']:.1f} / {mib['pipeline']:.1f} / {mib['pipeline+shared']:.1f} | "
+                  f"{mib['graph']:.1f} / {mib['pipeline']:.1f} / {mib[third]:.1f} | "
                   f"{p / g:.2f}× | {s / g:.2f}× | {s / p:.2f}× | {ptxt} | {verdict} | {before} → {after or load()} |", flush=True)
     print(f"\nthe planner's pick (the fastest predicted of the three) is the measured fastest in {picks[0]} of "
           f"{picks[1]} rows")

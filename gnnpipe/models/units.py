@@ -170,6 +170,9 @@ class InputLinear(Unit):
         self.lin = nn.Linear(in_dim, out_dim)
         self.relu, self.write_h0 = relu, write_h0
         self.carry_keys = self.carry_writes = ("h0",) if write_h0 else ()
+        # the carry keys whose rows are transform_input's (its output): a pipeline stage may
+        # compute them from the features itself (``--local-carry``)
+        self.carry_from_input = self.carry_writes
 
     def forward(self, h_dst, carry, ctx, block=None, h_src=None):
         x = self.drop(h_dst, _gid(block, False), ctx)

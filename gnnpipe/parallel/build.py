@@ -30,10 +30,11 @@ from gnnpipe.parallel.features import feature_rows, gather_feature_rows
 from gnnpipe.parallel.graph import GraphParallelExecutor, part_exchanger
 from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
+from gnnpipe.parallel.pipeline.local_carry import LocalCarry, local_keys
 from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
 from gnnpipe.parallel.pipeline.shared_input import SharedInput, share_bounds
 from gnnpipe.parallel.pipeline.sources import LocalHistory
-from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits
+from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits, carry_keys_after
 from gnnpipe.parallel.pipeline.waylink import build_way_link
 from gnnpipe.wire import FLOAT32, Wire
 from gnnpipe.cost.inputs import GraphStats, ModelSpec, PartInfo
@@ -70,7 +71,7 @@ def check_layout(dims: ParallelDims, mcfg: ModelConfig) -> None:
 def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opts: StaleOptions, *,
                    seed: int, optimizer: OptimizerFactory, history_dtype: str = "float32",
                    device: str = "cpu", wire: Wire = FLOAT32, model: GNN | None = None,
-                   boundary_sample: float = 1.0, shared_input: bool = False) -> Executor:
+                   boundary_sample: float = 1.0, shared_input: bool = False, local_carry: bool = False) -> Executor:
     """This rank's executor.
 
     Args:
@@ -99,6 +100,9 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
             the rows between ways in stale epochs); 1.0 sends all.
         shared_input: pipeline and hybrid: every stage of a way transforms a share of the
             first layer's input rows (:mod:`gnnpipe.parallel.pipeline.shared_input`).
+        local_carry: pipeline and hybrid: every stage that reads the carry the input layer
+            writes (GCNII's ``h0``) computes it from the features instead of receiving it
+            (:mod:`gnnpipe.parallel.pipeline.local_carry`).
 
     Raises:
         GnnpipeError: the layout does not fit the world, the plan or the model.
@@ -114,7 +118,7 @@ def build_executor(comm, graph, plan, dims: ParallelDims, mcfg: ModelConfig, opt
         return _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
                             boundary_sample)
     return _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype, wire,
-                           model, device, shared_input, boundary_sample)
+                           model, device, shared_input, boundary_sample, local_carry)
 
 
 def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wire, model,
@@ -133,7 +137,7 @@ def _build_graph(comm, graph, plan, mcfg, num_train, seed, optimizer, device, wi
 
 
 def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimizer, history_dtype,
-                    wire, model, device, shared_input, boundary_sample=1.0) -> PipelineExecutor:
+                    wire, model, device, shared_input, boundary_sample=1.0, local_carry=False) -> PipelineExecutor:
     """Pipeline mode is one way of ``S`` stages; hybrid mode is ``D`` ways (the plan's
     parts) of ``S`` stages, ``rank = way·S + stage``."""
     D, S, C = dims.ways, dims.stages, dims.chunks
@@ -145,6 +149,8 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         raise GnnpipeError(f"internal: {mcfg.model} built {len(units)} units, expected {mcfg.num_units}")
     if shared_input:
         check_shared_input(units[0], graph, dims, opts)
+    if local_carry:
+        check_local_carry(units[0], dims, opts, shared_input)
     # Only the first stage reads features, and gathers them itself below: relabelling gets a
     # zero-width placeholder instead of building an [N, F] copy on every rank (the loaded,
     # memory-mapped features stay unread elsewhere).
@@ -160,7 +166,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         costs = model.unit_costs(graph.num_nodes, graph.num_edges)
         if len(costs) != len(units):
             raise GnnpipeError(f"internal: {len(costs)} layer costs for {len(units)} units")
-        a, b = assign_layers(costs, S)[s_idx]
+        blocks = assign_layers(costs, S)
     else:
         # The cost model's split (gnnpipe.cost.stage_blocks, which its predictions use too):
         # one way balances measured unit costs over this plan's chunks (every rank sees the
@@ -169,7 +175,8 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         nbrs = sum(int(ch.nbr_ids.numel()) for ch in chunks_all[:C]) if D == 1 else 0
         parts = {1: PartInfo(1, 0, graph.num_nodes, graph.num_edges, 0, chunk_nbrs={C: nbrs})} if D == 1 else {}
         stats = GraphStats(graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes, nnz, parts=parts)
-        a, b = stage_blocks(stats, ModelSpec.of(mcfg, shared_input=shared_input), S, D, C)[s_idx]
+        blocks = stage_blocks(stats, ModelSpec.of(mcfg, shared_input=shared_input), S, D, C)
+    a, b = blocks[s_idx]
     pipe, cross = build_groups(comm, dims)
     # the stage's neighbour rows: its own history, or the other ways' through the link
     # (boundary sampling: the stale epochs' rows between ways; an exact epoch's link sends all)
@@ -199,8 +206,9 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
     shared = None
     if shared_input:
         shared = _shared_input(pipe, features, plan, host_chunks, units[0], D == 1, feats, seed, device)
+    local = _local_carry(pipe, features, plan, host_chunks, units, blocks, seed, device) if local_carry else None
     ex = PipelineExecutor(pipe, stage, opt, dims, mcfg.hidden, cross=cross, world=comm, wire=wire,
-                          exact_stage=exact_stage, shared_input=shared)
+                          exact_stage=exact_stage, shared_input=shared, local_carry=local)
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), block.carry_in, block.carry_out)
     return ex
@@ -248,6 +256,47 @@ def check_shared_input(unit, graph, dims: ParallelDims, opts: StaleOptions) -> N
                    f"{unit.out_dim} out) is neither")
     if why:
         raise GnnpipeError(f"--shared-input {why} (drop --shared-input)")
+
+
+def check_local_carry(unit, dims: ParallelDims, opts: StaleOptions, shared_input: bool) -> None:
+    """Refuse ``local_carry`` where it cannot run (every rank decides alike, before any
+    message).
+
+    Raises:
+        GnnpipeError: exact mode, one stage or one chunk, ``--shared-input`` beside it, or a
+            first unit that writes no carry computed from the features alone.
+    """
+    why = None
+    if opts.exact:
+        why = ("sums the input layer's weight gradient in per-stage shares, which --exact forbids "
+               "(it equals one process)")
+    elif dims.stages < 2 or dims.chunks < 2:
+        why = (f"computes a carry on every stage of a pipeline over chunks; {dims.label()} has one stage or one "
+               "chunk per way (a one-chunk epoch sends the carry ahead of the rows already)")
+    elif shared_input:
+        why = "computes the input layer on every reading stage already; --shared-input beside it would split it again"
+    elif not local_keys(unit):
+        why = (f"computes on every stage a carry that the input layer writes from the features alone (gcnii's "
+               f"h0); this model's first unit ({type(unit).__name__}) writes none")
+    if why:
+        raise GnnpipeError(f"--local-carry {why} (drop --local-carry)")
+
+
+def _local_carry(pipe, features, plan, host_chunks: list, units: list, blocks: list, seed: int,
+                 device) -> LocalCarry:
+    """This stage's part of the locally computed carry: the stages that read it, and on
+    such a stage its way's feature rows and a copy of the first unit."""
+    keys = local_keys(units[0])
+    readers = [s for s, (a, _) in enumerate(blocks)
+               if a > 0 and set(keys) & set(carry_keys_after(units, a))]
+    x = gid = None
+    lo, hi = host_chunks[0].lo, host_chunks[-1].hi
+    if pipe.rank in readers:
+        orig = np.asarray(plan.perm, dtype=np.int64)[np.arange(lo, hi, dtype=np.int64)]
+        x = feature_rows(features, orig).to(device)  # (dense, or sparse CSR)
+        gid = torch.from_numpy(orig).to(device)
+    units[0].to(device)
+    return LocalCarry(pipe, units[0], keys, readers, x, gid, lo, seed)
 
 
 def _shared_input(pipe, features, plan, host_chunks: list, unit, whole: bool, feats: StageFeatures | None, seed: int,

@@ -176,6 +176,17 @@ def pipeline_bytes(N: int, d: int, S: int, s: int = 4, h0: bool = False, wire: s
     return 2 * (S - 1) * N * wire_row_bytes(d * (2 if h0 else 1), s, wire)
 
 
+def local_carry_bytes(readers: int, weights: int, s: int = 4) -> int:
+    """``--local-carry`` (:mod:`gnnpipe.parallel.pipeline.local_carry`), one way and stale
+    epoch: stage 0 sends the input layer's ``weights`` values to each of the ``readers``
+    stages that compute the carry themselves, and each sends its weight-gradient share back;
+    float32 (``s``) whatever ``--wire`` says: ``2·s·readers·weights`` (half in ``input_fwd``,
+    half in ``input_bwd``). The chunk messages then hold the rows alone:
+    :func:`pipeline_bytes` with ``h0=False``."""
+    _check_nonneg(readers=readers, weights=weights, s=s)
+    return 2 * s * readers * weights
+
+
 def shared_input_bytes(rows: int, S: int, width: int, weights: int, s: int = 4) -> int:
     """``--shared-input`` (:mod:`gnnpipe.parallel.pipeline.shared_input`), one way of ``S``
     stages whose first stage reads ``rows`` feature rows: stage 0 sends the first unit's

@@ -84,7 +84,7 @@ def executor_for_config(cfg: TrainConfig, comm, graph, user: UserChain | None = 
                               optimizer=build.adam(cfg.lr, cfg.weight_decay),
                               history_dtype=cfg.history_dtype, device=compute_device(cfg, comm),
                               wire=Wire(cfg.wire, cfg.seed), model=model, boundary_sample=cfg.boundary_sample,
-                              shared_input=cfg.shared_input)
+                              shared_input=cfg.shared_input, local_carry=cfg.local_carry)
     return ex, plan
 
 

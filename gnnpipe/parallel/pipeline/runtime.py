@@ -32,6 +32,7 @@ from gnnpipe.parallel.executor import (ACTION_KINDS, EpochResult, Executor, allr
                                        reduce_accuracies, wait_seconds)
 from gnnpipe.parallel.pipeline.carry import CarryAhead
 from gnnpipe.parallel.pipeline.exact_epochs import ExactEpochs, drift_of
+from gnnpipe.parallel.pipeline.local_carry import LocalCarry
 from gnnpipe.parallel.pipeline.shared_input import SharedInput
 from gnnpipe.parallel.pipeline.stage import PipelineStage
 from gnnpipe.wire import FLOAT32, KIND_PIPE, Wire, message_site
@@ -59,16 +60,20 @@ class PipelineExecutor(Executor):
             history).
         shared_input: ``--shared-input``: this stage's part of the first layer's transform
             (:class:`SharedInput`), run around every stale training epoch.
+        local_carry: ``--local-carry``: this stage's part of the carry computed on every
+            stage (:class:`LocalCarry`), run around every stale training epoch: its keys
+            leave the chunk messages.
     """
 
     def __init__(self, comm, stage: PipelineStage, optimizer, dims: ParallelDims, carry_dim: int,
                  cross=None, world=None, wire: Wire = FLOAT32, exact_stage: PipelineStage | None = None,
-                 shared_input: SharedInput | None = None) -> None:
+                 shared_input: SharedInput | None = None, local_carry: LocalCarry | None = None) -> None:
         if stage.opts.has_exact_epochs and exact_stage is None:
             raise GnnpipeError("internal: exact epochs without the stage of the exact epochs")
         self.exact_stage = exact_stage
         self.exact_epochs = ExactEpochs(stage.opts)
         self.shared_input = shared_input
+        self.local_carry = local_carry
         self.comm = comm
         self.cross = cross
         self.world = world if world is not None else comm
@@ -156,14 +161,20 @@ class PipelineExecutor(Executor):
         ahead = CarryAhead(self.comm, st, self.carry_dim, self.wire, epoch) if CarryAhead.wanted(st, self.S) else None
         # the carry keys packed beside the rows of each chunk message (none when they travel ahead)
         in_keys, out_keys = ((), ()) if ahead else (self.carry_in_keys, st.carry_out_keys)
+        local = self.local_carry if st is self.stage else None  # (an exact epoch relays the carry)
+        if local is not None:
+            in_keys = tuple(k for k in in_keys if k not in local.keys)
+            out_keys = tuple(k for k in out_keys if k not in local.keys)
         run = _EpochRun(st, epoch, actions, in_keys, out_keys, self._width(st.in_dim, in_keys),
                         self._width(st.out_dim, out_keys))
         run.ahead = ahead
         run.shared = self.shared_input if st is self.stage else None  # (an exact epoch: stage 0's own path)
-        if run.shared is not None:
-            t0 = time.perf_counter()
-            run.shared.forward(epoch)
-            run.spent["input"] += time.perf_counter() - t0
+        run.local = local
+        for part in (run.shared, run.local):
+            if part is not None:
+                t0 = time.perf_counter()
+                part.forward(epoch)
+                run.spent["input"] += time.perf_counter() - t0
         self._post(run, ActionKind.RECV_F)
         if ahead is not None:
             ahead.post_forward()
@@ -243,6 +254,9 @@ class PipelineExecutor(Executor):
         st, k = run.st, a.chunk
         t0 = time.perf_counter()
         h_in, carry = run.inbox.pop(("F", k), (None, {}))
+        if run.local is not None:
+            ch = st.chunks[k]
+            carry = {**carry, **run.local.rows(ch.lo, ch.hi)}
         out, cout = st.forward_chunk(k, h_in, carry, on_carry=run.ahead.send_ready if run.ahead else None)
         self._emit(out.detach())
         t1 = time.perf_counter()
@@ -259,6 +273,9 @@ class PipelineExecutor(Executor):
         t0 = time.perf_counter()
         g_out, gcarry = run.inbox.pop(("B", k), (None, {}))
         g_in, g_cin, loss = st.backward_chunk(k, g_out, gcarry)
+        if run.local is not None:
+            ch = st.chunks[k]
+            run.local.add_grads(ch.lo, ch.hi, g_cin)
         if loss is not None:
             run.loss_sum += loss
         t1 = time.perf_counter()
@@ -293,11 +310,12 @@ class PipelineExecutor(Executor):
         run.bubble += t1 - t0
         run.spent["wait_send"] += t1 - t0
         run.sends.clear()
-        if run.shared is not None:  # (every chunk's backward is done: the rows' gradients are whole)
-            run.shared.backward()
-            t2 = time.perf_counter()
-            run.spent["input"] += t2 - t1
-            t1 = t2
+        for part in (run.shared, run.local):  # (every chunk's backward is done: the rows' gradients are whole)
+            if part is not None:
+                part.backward()
+                t2 = time.perf_counter()
+                run.spent["input"] += t2 - t1
+                t1 = t2
         allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
         self.opt.step()
         run.spent["optimizer"] += time.perf_counter() - t1
@@ -396,6 +414,7 @@ class _EpochRun:
         self.sends: list = []
         self.b_posted = False
         self.shared: SharedInput | None = None  # the shared input layer, in a stale epoch
+        self.local: LocalCarry | None = None  # the carry computed on every stage, in a stale epoch
         self.ahead: CarryAhead | None = None  # a one-chunk epoch's carry messages
         self.carry_grads: dict = {}
         self.bubble = 0.0

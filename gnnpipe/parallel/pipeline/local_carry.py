@@ -1,0 +1,152 @@
+"""The input layer's carry computed on every stage (``--local-carry``).
+
+GCNII's initial residual ``h0`` is the input unit's output, read by every GCNII layer: in a
+stale epoch it travels beside the rows ``h`` across every stage boundary, forward, and its
+gradient back, which doubles the pipeline's bytes. Yet ``h0`` depends only on the input
+features and the input unit's weights, and the weights are far smaller than the rows when
+the graph has more nodes than features (Physics: 8,415 x 100 weights against 34,493 x 100
+rows per boundary and direction). So here every stage that reads ``h0`` computes it itself:
+
+1. **forward**, before the epoch's first chunk: stage 0 sends the input unit's current
+   weights to every stage that reads the carry; each computes the unit's rows of its way's
+   nodes from the features (:meth:`InputLinear.transform_input`: this epoch's dropout
+   masks, the same per node as on stage 0) and its chunks read their rows of the result as
+   if they had arrived (the runtime adds them to the chunk's carry);
+2. **backward**: each chunk's gradient of those rows is added up (the runtime hands it over
+   instead of sending it back); at the optimizer step each such stage back-propagates the
+   summed gradients through its copy of the unit and sends its share of the weight
+   gradient to stage 0, which adds the shares to its own in stage order before it steps.
+
+The chunk messages then hold ``h`` alone. Only stage 0 owns the unit's weights and their
+optimizer (the other stages' copies are overwritten each epoch): checkpoints and resumes
+are unchanged. The result is the relayed carry's up to the order of the weight gradient's
+sums: stale training's numbers up to rounding (a lossy wire no longer rounds the carry).
+Exact epochs (``--exact-every``, ``--drift-bound``, ``--exact-from``), the history refresh
+and evaluation keep relaying it; ``--exact`` refuses the switch (it equals one process bit
+for bit). Bytes per epoch and way: the weights out to each reading stage and its weight
+gradient back, float32 whatever ``--wire`` says (category ``input_fwd`` / ``input_bwd``;
+:func:`gnnpipe.partition.volume.local_carry_bytes`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gnnpipe._base import GnnpipeError
+from gnnpipe.models import RunCtx
+
+# Tags apart from the chunk messages' (2k, 2k + 1), evaluation's, the carry ahead's (2**26 on)
+# and the shared input's (2**27 to 2**27 + 3).
+_TAG_WEIGHTS, _TAG_WEIGHT_GRADS = 2**27 + 4, 2**27 + 5
+
+
+def local_keys(unit) -> tuple[str, ...]:
+    """The carry keys whose rows are ``unit``'s :meth:`transform_input` of the features (the
+    model's first unit: GCNII's input layer writes ``h0``, its own output); () for any other
+    unit, a user's included."""
+    keys = getattr(unit, "carry_from_input", ())
+    return tuple(keys) if callable(getattr(unit, "transform_input", None)) else ()
+
+
+class LocalCarry:
+    """One stage's part of the locally computed carry (see the module docstring).
+
+    Args:
+        comm: the way's communicator (rank = stage).
+        unit: the model's first unit on this rank (stage 0: the one it trains; elsewhere a
+            copy whose weights each epoch overwrites).
+        keys: the carry keys computed locally (:func:`local_keys`), model-wide: no training
+            message of a stale epoch holds them.
+        readers: the stages (> 0) whose units read them: stage 0 sends them the weights.
+        x: this stage's feature rows of its way's nodes (dense or sparse CSR, on the
+            stage's device; None on stage 0 and on a stage that reads none).
+        gid: their global node ids (the dropout masks' key).
+        base: the way's first node (chunk rows ``[lo, hi)`` are rows ``[lo - base, hi - base)``).
+        seed: the run's seed (dropout).
+    """
+
+    def __init__(self, comm, unit, keys: tuple, readers: list[int], x, gid: torch.Tensor | None,
+                 base: int, seed: int) -> None:
+        self.comm, self.unit, self.keys = comm, unit, tuple(keys)
+        self.readers = [int(s) for s in readers]
+        self.stage = comm.rank
+        self.reads = self.stage in self.readers
+        if self.reads and x is None:
+            raise GnnpipeError(f"internal: stage {self.stage} computes the carry {self.keys} without features")
+        self.x, self.gid, self.base, self.seed = x, gid, int(base), seed
+        self.params = list(unit.parameters())
+        self._z: torch.Tensor | None = None   # this epoch's rows, with their autograd graph
+        self._zd: torch.Tensor | None = None  # the same, detached (what the chunks read)
+        self._gz: torch.Tensor | None = None  # their gradients, summed over the chunks
+        self._sends: list = []
+
+    @property
+    def weight_numel(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    def forward(self, epoch: int) -> None:
+        """Step 1 of the module docstring (every stage of the way calls it)."""
+        if self.stage == 0:
+            flat = torch.cat([p.detach().reshape(-1) for p in self.params]) if self.readers else None
+            self._sends = [self.comm.isend(flat, s, tag=_TAG_WEIGHTS, category="input_fwd") for s in self.readers]
+            return
+        if not self.reads:
+            return
+        dev = self.params[0].device
+        flat = torch.empty(self.weight_numel, device=dev)
+        self.comm.recv(flat, 0, tag=_TAG_WEIGHTS, category="input_fwd")
+        with torch.no_grad():
+            off = 0
+            for p in self.params:
+                p.copy_(flat[off : off + p.numel()].view_as(p))
+                off += p.numel()
+        ctx = RunCtx(training=True, epoch=epoch, seed=self.seed)
+        with torch.enable_grad():
+            self._z = self.unit.transform_input(self.x, self.gid, ctx)
+        self._zd = self._z.detach()
+        self._gz = torch.zeros_like(self._zd)
+
+    def rows(self, lo: int, hi: int) -> dict:
+        """The carry of the chunk of nodes ``[lo, hi)``: {key: rows} (empty where this stage
+        reads none)."""
+        if not self.reads:
+            return {}
+        z = self._zd[lo - self.base : hi - self.base]
+        return {key: z for key in self.keys}
+
+    def add_grads(self, lo: int, hi: int, grads: dict) -> None:
+        """Take the gradients of the chunk ``[lo, hi)``'s carry rows out of ``grads`` (the
+        stage's backward gives one per key it received) and add them up."""
+        for key in self.keys:
+            g = grads.pop(key, None)
+            if g is not None and self.reads:
+                self._gz[lo - self.base : hi - self.base] += g
+
+    def backward(self) -> None:
+        """Step 2 of the module docstring (every stage of the way calls it, after its last
+        chunk's backward)."""
+        if self.stage == 0:
+            share = torch.empty(self.weight_numel, device=self.params[0].device) if self.readers else None
+            for s in self.readers:  # in stage order: the same sums on every run
+                self.comm.recv(share, s, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
+                off = 0
+                for p in self.params:
+                    g = share[off : off + p.numel()].view_as(p)
+                    p.grad = g.clone() if p.grad is None else p.grad.add_(g)
+                    off += p.numel()
+            for w in self._sends:
+                w.wait()
+            self._sends = []
+            return
+        if not self.reads:
+            return
+        z, gz = self._z, self._gz
+        self._z = self._zd = self._gz = None
+        for p in self.params:
+            p.grad = None
+        torch.autograd.backward([z], [gz])
+        share = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                           for p in self.params])
+        self.comm.send(share, 0, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
+        for p in self.params:
+            p.grad = None
