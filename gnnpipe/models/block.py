@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from gnnpipe._base import GnnpipeError
+from gnnpipe.models.ops import CsrTranspose
 
 
 class BlockError(GnnpipeError, ValueError):
@@ -332,23 +333,6 @@ class Block:
         return self._cached(f"dgl_{self_loops}", make)
 
     def sparse_transpose_for(self, x: Tensor) -> Tensor:
-        """Transposed CSR of a sparse input ``x`` (rows = this block's src), cached per pattern.
-
-        Features are constant and dropout keeps their sparsity pattern, so the transpose's
-        pattern is computed once per (block, feature matrix); only values are permuted per call.
-        """
-        col = x.col_indices()
-        key = (col.data_ptr(), col.numel(), tuple(x.shape))
-        ent = self._cache.get("xT")
-        if ent is None or ent[0] != key:
-            crow = x.crow_indices()
-            n, f = x.shape
-            rows = torch.repeat_interleave(torch.arange(n, device=col.device), crow[1:] - crow[:-1])
-            perm = torch.argsort(col, stable=True)
-            tcrow = torch.zeros(f + 1, dtype=torch.int64, device=col.device)
-            torch.cumsum(torch.bincount(col, minlength=f), 0, out=tcrow[1:])
-            # Keep ``col`` referenced so its memory (and data_ptr) cannot be reused while cached.
-            ent = (key, col, tcrow, rows[perm], perm)
-            self._cache["xT"] = ent
-        _, _, tcrow, tcol, perm = ent
-        return torch.sparse_csr_tensor(tcrow, tcol, x.values()[perm], (x.shape[1], x.shape[0]))
+        """Transposed CSR of a sparse input ``x`` (rows = this block's src), its pattern cached
+        per (block, feature matrix) (:class:`gnnpipe.models.ops.CsrTranspose`)."""
+        return self._cached("xT", CsrTranspose)(x)

@@ -422,6 +422,34 @@ def csr_values_mm(values: Tensor, x: Tensor, pattern: tuple, num_dst: int) -> Te
     return _CSRValuesMM.apply(values, x, *pattern, num_dst)
 
 
+class CsrTranspose:
+    """The transpose of a constant sparse CSR input, as CSR, its pattern computed once.
+
+    Features are constant and dropout keeps their sparsity pattern, so the transpose's
+    pattern is computed once per feature matrix (keyed by its column indices' storage and
+    shape); only the values are permuted per call. Call it with the matrix: ``xt = tr(x)``.
+    """
+
+    def __init__(self) -> None:
+        self._ent: tuple | None = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        col = x.col_indices()
+        key = (col.data_ptr(), col.numel(), tuple(x.shape))
+        ent = self._ent
+        if ent is None or ent[0] != key:
+            crow = x.crow_indices()
+            n, f = x.shape
+            rows = torch.repeat_interleave(torch.arange(n, device=col.device), crow[1:] - crow[:-1])
+            perm = torch.argsort(col, stable=True)
+            tcrow = torch.zeros(f + 1, dtype=torch.int64, device=col.device)
+            torch.cumsum(torch.bincount(col, minlength=f), 0, out=tcrow[1:])
+            # Keep ``col`` referenced so its memory (and data_ptr) cannot be reused while cached.
+            ent = self._ent = (key, col, tcrow, rows[perm], perm)
+        _, _, tcrow, tcol, perm = ent
+        return torch.sparse_csr_tensor(tcrow, tcol, x.values()[perm], (x.shape[1], x.shape[0]))
+
+
 class _SparseLinear(torch.autograd.Function):
     """x @ W^T for a constant sparse CSR ``x``; gradient only for W."""
 
