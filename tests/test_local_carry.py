@@ -54,7 +54,8 @@ def _same_training(local: list, relayed: list, what: str) -> None:
 
 
 def test_stages_computing_the_carry_train_as_stages_receiving_it():
-    runs = [RUN, dict(RUN, wire="int8"), dict(RUN, exact_every=2, epochs=4)]
+    # (9,000 features: the weights travel down the chain in two pieces)
+    runs = [RUN, dict(RUN, wire="int8"), dict(RUN, exact_every=2, epochs=4), dict(RUN, synth_features=9000)]
     for run, (local, relayed) in zip(runs, _pairs(3, runs)):
         what = f"gcnii {run.get('wire', 'float32')}{' exact-every 2' if run.get('exact_every') else ''}"
         if run.get("wire") == "int8":  # the relayed carry is rounded on the wire, the local one is not
@@ -141,3 +142,49 @@ def test_models_and_layouts_it_cannot_serve_are_refused(kw, shared, why):
     unit = build_model(model_config(cfg, g), seed=0).units[0]
     with pytest.raises(GnnpipeError, match=f"--local-carry .*({why})"):
         check_local_carry(unit, ParallelDims.from_config(cfg, 3), StaleOptions.resolve(False), shared)
+
+
+# ------------------------------------------------------------------ the cost model and planner
+def _physics_like():
+    from gnnpipe.cost.inputs import GraphStats, PartInfo
+    return GraphStats(34493, 495924, 8415, 5, 1_100_000,
+                      parts={1: PartInfo(1, 0, 34493, 495924, 0, chunk_nbrs={16: 120000})})
+
+
+def test_the_prediction_counts_the_formula_bytes_and_the_rows_alone():
+    from dataclasses import replace
+
+    from gnnpipe.cost.inputs import ModelSpec
+    from gnnpipe.cost.predict import balance_profile, predict
+
+    st, prof = _physics_like(), balance_profile()
+    spec = ModelSpec("gcnii", 32, 100)
+    topo = ParallelDims("pipeline", 1, 4, 16)
+    on = predict(st, replace(spec, local_carry=True), topo, prof)
+    off = predict(st, spec, topo, prof)
+    assert on.local_carry and not off.local_carry and off.bytes["input"] == 0
+    assert on.bytes["pipe"] == pipeline_bytes(34493, 100, 4, h0=False) == off.bytes["pipe"] // 2
+    assert on.bytes["input"] == local_carry_bytes(3, 8415 * 100 + 100)
+    # on a slow link the halved boundary bytes win over the weights' round trip
+    slow = replace(prof, inter_bw_bytes_s=50e6 / 8, intra_bw_bytes_s=50e6 / 8, devices_per_node=1)
+    assert predict(st, replace(spec, local_carry=True), topo, slow).epoch_s < predict(st, spec, topo, slow).epoch_s
+    # a layout or model it cannot serve predicts without it, whatever the spec says
+    assert not predict(st, replace(spec, local_carry=True), ParallelDims("pipeline", 1, 4, 1), prof).local_carry
+    assert not predict(st, ModelSpec("sage", 32, 100, local_carry=True), topo, prof).local_carry
+
+
+def test_the_planner_ranks_layouts_with_and_without_it_and_its_command_says_so():
+    from gnnpipe.cost.inputs import ModelSpec
+    from gnnpipe.cost.planner import rank_configs, train_command
+    from gnnpipe.cost.predict import balance_profile
+
+    spec = ModelSpec("gcnii", 32, 100)
+    preds = rank_configs(_physics_like(), spec, 4, balance_profile(), chunk_factors=(4,), estimate_nodes=2000)
+    local = [p for p in preds if p.local_carry]
+    assert local and all(p.topology.mode != "graph" and p.topology.stages > 1 and p.topology.chunks > 1
+                         and not p.shared_input for p in local)
+    assert "--local-carry" in train_command(local[0], "coauthor_physics", spec)
+    assert all("--local-carry" not in train_command(p, "coauthor_physics", spec) for p in preds if not p.local_carry)
+    sage = rank_configs(_physics_like(), ModelSpec("sage", 8, 64), 4, balance_profile(), chunk_factors=(4,),
+                        estimate_nodes=2000)
+    assert not any(p.local_carry for p in sage)

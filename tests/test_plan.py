@@ -154,17 +154,18 @@ def test_exact_every_ranks_the_mean_of_stale_and_exact_epochs(a5000):
     from gnnpipe.cost.planner import train_command
 
     st, spec = _stats(), ModelSpec("gcnii", 16, 64)
-    plain = {(p.topology, p.shared_input): p for p in rank_configs(st, spec, 4, a5000)}
+    plain = {(p.topology, p.shared_input, p.local_carry): p for p in rank_configs(st, spec, 4, a5000)}
     blended = rank_configs(st, spec, 4, a5000, exact_every=3)
-    assert {(p.topology, p.shared_input) for p in blended} == set(plain)
+    assert {(p.topology, p.shared_input, p.local_carry) for p in blended} == set(plain)
     for p in blended:
-        q = plain[(p.topology, p.shared_input)]
+        q = plain[(p.topology, p.shared_input, p.local_carry)]
         if p.topology.mode == "graph":
             assert p.epoch_s == q.epoch_s and p.exact_every == 0
             continue
         assert p.exact_every == 3 and p.epoch_s == pytest.approx((2 * q.epoch_s + p.exact_epoch_s) / 3)
         if p.topology.ways == 1:  # (a hybrid's one-chunk facts are estimated by the planner)
-            ex = predict(st, replace(spec, shared_input=False), replace(p.topology, chunks=1), a5000)
+            ex = predict(st, replace(spec, shared_input=False, local_carry=False), replace(p.topology, chunks=1),
+                         a5000)
             assert p.exact_epoch_s == pytest.approx(ex.epoch_s)
             assert p.bytes["total"] == pytest.approx((2 * q.bytes["total"] + ex.bytes["total"]) / 3)
         assert p.peak_mem_bytes >= q.peak_mem_bytes and "--exact-every 3" in train_command(p, "sbm", spec)

@@ -180,18 +180,22 @@ def test_chosen_config_bytes_equal_the_volume_formulas(cpu, model):
                                                                   wire=w)
             assert p.bytes["pipe"] == 0
         else:
-            pipe = volume.pipeline_bytes(N, 128, t.stages, s, h0=model == "gcnii", wire=w)
+            h0 = model == "gcnii" and not p.local_carry  # (--local-carry: each stage computes h0 itself)
+            pipe = volume.pipeline_bytes(N, 128, t.stages, s, h0=h0, wire=w)
             assert p.bytes["pipe"] == pipe
             if t.mode == "hybrid" and w != "float32":
                 assert p.bytes["way"] + pipe == volume.hybrid_bytes(
-                    N, st.part(t.ways).sum_m, F, 8, 128, t.stages, t.ways, s, model, h0=model == "gcnii", wire=w)
+                    N, st.part(t.ways).sum_m, F, 8, 128, t.stages, t.ways, s, model, h0=h0, wire=w)
         assert p.bytes["total"] == (p.bytes["halo"] + p.bytes["way"] + p.bytes["pipe"] + p.bytes["input"]
                                     + p.bytes["allreduce"])
-        assert (p.bytes["input"] > 0) == p.shared_input  # (--shared-input's own, float32 in any wire)
+        # (--shared-input's and --local-carry's own, float32 in any wire)
+        assert (p.bytes["input"] > 0) == (p.shared_input or p.local_carry)
+        if p.local_carry:
+            assert model == "gcnii" and p.bytes["input"] == t.ways * volume.local_carry_bytes(t.stages - 1, F * 128 + 128)
     # int8 rows: 8 header bytes + one per value (gcnii's pipeline row is [h | h0], one header).
     best = preds[0]
     if best.topology.mode == "pipeline":
-        width = 128 * (2 if model == "gcnii" else 1)
+        width = 128 * (2 if model == "gcnii" and not best.local_carry else 1)
         assert best.bytes["pipe"] == 2 * (best.topology.stages - 1) * N * row_bytes(width, best.wire)
 
 

@@ -267,10 +267,11 @@ def _wire_cost(best, preds, accuracy: WireAccuracy = WireAccuracy(), model: str 
 
 
 def _wire_label(p) -> str:
-    """A row's wire format, with ``+bns P`` under boundary sampling and ``+shared`` with the
-    first layer shared by the stages (``--shared-input``)."""
+    """A row's wire format, with ``+bns P`` under boundary sampling, ``+shared`` with the
+    first layer shared by the stages (``--shared-input``) and ``+local`` with the carry
+    computed on every stage (``--local-carry``)."""
     return (p.wire + (f"+bns{p.boundary_sample:g}" if p.boundary_sample < 1.0 else "")
-            + ("+shared" if p.shared_input else ""))
+            + ("+shared" if p.shared_input else "") + ("+local" if p.local_carry else ""))
 
 
 def sample_lines(samples: Sequence[float], left_out: Sequence[str], model: str, layers: int) -> list[str]:

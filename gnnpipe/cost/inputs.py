@@ -115,6 +115,8 @@ class ModelSpec(ModelShape):
         shared_input: pipeline and hybrid's ``--shared-input``: every stage of a way
             transforms a share of the first layer's input rows
             (:mod:`gnnpipe.parallel.pipeline.shared_input`).
+        local_carry: pipeline and hybrid's ``--local-carry``: every stage that reads GCNII's
+            ``h0`` computes it from the features (:mod:`gnnpipe.parallel.pipeline.local_carry`).
     """
 
     bytes_per_value: int = 4
@@ -122,6 +124,7 @@ class ModelSpec(ModelShape):
     wire: str = "float32"
     boundary_sample: float = 1.0
     shared_input: bool = False
+    local_carry: bool = False
 
     #: The cost model knows the built-in models only (a user's chain brings its own estimate).
     known_models: ClassVar[tuple[str, ...]] = MODELS
@@ -144,6 +147,8 @@ class ModelSpec(ModelShape):
             kw["boundary_sample"] = float(run.boundary_sample)
         if getattr(run, "shared_input", None) is not None:
             kw["shared_input"] = bool(run.shared_input)
+        if getattr(run, "local_carry", None) is not None:
+            kw["local_carry"] = bool(run.local_carry)
         return super().of(run, **{**kw, **overrides})
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.config import SAMPLED_MODELS, WIRE_FORMATS
 from gnnpipe.cost.graphstats import estimate_part_info
 from gnnpipe.cost.inputs import GraphStats, ModelSpec
-from gnnpipe.cost.predict import Prediction, predict, shares_input, with_exact_epochs
+from gnnpipe.cost.predict import Prediction, carries_locally, predict, shares_input, with_exact_epochs
 from gnnpipe.cost.profile import HardwareProfile
 from gnnpipe.cost.units import num_units
 from gnnpipe.cost.wire_accuracy import BOUNDARY_SAMPLE_LOSS, PRIOR, WireAccuracy, sample_figure, sample_loss
@@ -215,25 +215,35 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
                                           source=have.source + " (chunk facts estimated)"))
             stats = stats.with_parts(merged)
     # A pipelined layout whose first layer can be shared is ranked with and without
-    # --shared-input: it only moves work and bytes, so it needs no accuracy budget.
+    # --shared-input, one whose input layer writes a carry (gcnii) with and without
+    # --local-carry: they only move work and bytes, so they need no accuracy budget.
     exact_epoch: dict = {}  # (layout, wire) -> its one-chunk epoch, shared by the variants
 
     def one(t: ParallelDims, s: ModelSpec) -> Prediction:
         pred = predict(stats, s, t, profile)
         if exact_every and t.mode != "graph":
-            # The exact epochs keep stage 0's own input path and send every row (no
-            # sampling), so one prediction serves every --shared-input and sampling variant.
+            # The exact epochs keep stage 0's own input path, relay the carry and send every
+            # row (no sampling), so one prediction serves every variant.
             key = (t, s.wire)
             if key not in exact_epoch:
-                exact_epoch[key] = predict(stats, replace(s, shared_input=False, boundary_sample=1.0),
+                exact_epoch[key] = predict(stats, replace(s, shared_input=False, local_carry=False,
+                                                          boundary_sample=1.0),
                                            replace(t, chunks=1), profile)
             pred = with_exact_epochs(pred, exact_epoch[key], exact_every, profile)
         return pred
 
-    preds = [replace(one(t, replace(spec, wire=w, boundary_sample=p, shared_input=sh)),
+    def variants(t: ParallelDims) -> list[tuple[bool, bool]]:  # (shared input, local carry)
+        out = [(False, False)]
+        if not exact and shares_input(stats, spec, t):
+            out.append((True, False))
+        if not exact and carries_locally(spec, t):
+            out.append((False, True))
+        return out
+
+    preds = [replace(one(t, replace(spec, wire=w, boundary_sample=p, shared_input=sh, local_carry=lc)),
                      accuracy_cost=accuracy.loss[w] + sample_loss(p, spec.model, spec.layers))
              for t in topos for w in wires for p in (samples if samples_rows(t) else (1.0,))
-             for sh in ((False, True) if not exact and shares_input(stats, spec, t) else (False,))]
+             for sh, lc in variants(t)]
     preds.sort(key=rank_key)
     return preds
 
@@ -267,7 +277,8 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
 
     Returns:
         one shell line; ``--wire X`` when the prediction's wire is not float32,
-        ``--shared-input`` when the prediction shares the first layer.
+        ``--shared-input`` when the prediction shares the first layer, ``--local-carry``
+        when it computes the carry on every stage.
 
     Raises:
         GnnpipeError: ``exact`` with a lossy wire, or a stale layout (chunks > 1).
@@ -292,6 +303,7 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
         return f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --exact"
     dtype = " --history-dtype bfloat16" if spec.history_bytes == 2 else ""
     shared = " --shared-input" if pred.shared_input else ""
+    shared += " --local-carry" if pred.local_carry else ""
     shared += f" --boundary-sample {pred.boundary_sample:g}" if pred.boundary_sample < 1.0 else ""
     every = f" --exact-every {pred.exact_every}" if pred.exact_every else ""
     return (f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}{shared}"

@@ -142,6 +142,8 @@ class Prediction:
             graph mode's halo, the stale hybrid's rows between ways.
         shared_input: the first layer's transform shared by every stage of a way
             (``ModelSpec.shared_input`` where :func:`shares_input`; its bytes are ``input``).
+        local_carry: GCNII's ``h0`` computed on every stage (``ModelSpec.local_carry`` where
+            :func:`carries_locally`; the input layer's weights and gradient shares are ``input``).
         exact_every: ``N`` of ``--exact-every``: the figures are the mean epoch of a cycle of
             ``N − 1`` stale epochs and one exact (:func:`with_exact_epochs`); 0: every epoch
             as the topology says.
@@ -168,6 +170,7 @@ class Prediction:
     accuracy_cost: float = 0.0
     boundary_sample: float = 1.0
     shared_input: bool = False
+    local_carry: bool = False
     exact_every: int = 0
     exact_epoch_s: float = 0.0
 
@@ -537,6 +540,13 @@ def shares_input(stats: GraphStats, spec: ModelSpec, topo: ParallelDims) -> bool
     return not u.aggregates or epoch_input_transform(spec.model, u, stats, topo.chunks)
 
 
+def carries_locally(spec: ModelSpec, topo: ParallelDims) -> bool:
+    """Whether ``--local-carry`` applies (what :func:`gnnpipe.parallel.build.check_local_carry`
+    accepts for a built-in model): a pipelined layout of several stages and chunks, a model
+    whose input layer writes a carry (gcnii's ``h0``), no ``--shared-input`` beside it."""
+    return topo.mode != "graph" and topo.stages > 1 and topo.chunks > 1 and spec.h0 and not spec.shared_input
+
+
 def input_transform_seconds(u, stats: GraphStats, spec: ModelSpec, ways: int, prof: HardwareProfile) -> float:
     """Seconds per epoch of the first unit's input transform over a way's
     :func:`transform_rows` (its GEMM, forward and backward, and the dropout of its input):
@@ -619,12 +629,16 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     pi = stats.part(D)
     if spec.shared_input and not shares_input(stats, spec, topo):
         spec = dataclasses.replace(spec, shared_input=False)
+    if spec.local_carry and not carries_locally(spec, topo):
+        spec = dataclasses.replace(spec, local_carry=False)
+    # --local-carry: h0 leaves the chunk messages; every later stage computes it itself
+    carry_h0 = spec.h0 and not spec.local_carry
     # The busiest way: its nodes, its edges (with neighbours in other ways), its halo.
     rows = pi.max_nodes
     notes_v: list[str] = []
     unit_secs = pipeline_unit_seconds(stats, spec, D, C, prof, units, notes_v)
     blocks = stage_blocks(stats, spec, S, D, C)
-    width = d * (2 if spec.h0 else 1)  # h0 travels beside the activations
+    width = d * (2 if carry_h0 else 1)  # h0 travels beside the activations
     codecs: list[float] = []  # per stage, encode + decode per epoch (before the slow-down)
     stages: list[StageDetail] = []
     T, halo_T = [], []
@@ -671,7 +685,9 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
                 act += saved_bytes(stats, spec.model, u, xr, rows) + 2.0 * s * xr * transformed_width(spec.model, u)
             else:
                 act += saved_bytes(stats, spec.model, u, rows + nbrs if C > 1 else rows + pi.max_halo, rows)
-        w_out = units[b - 1].out_dim + (d if spec.h0 and st < S - 1 else 0)
+        if spec.local_carry and st > 0:  # the input layer over the way's rows, forward and backward
+            comp += input_transform_seconds(units[0], stats, spec, D, prof)
+        w_out = units[b - 1].out_dim + (d if carry_h0 and st < S - 1 else 0)
         # The first stage reads features: every row with one way, its part and its chunks'
         # neighbours in a hybrid way; the other stages none.
         x_rows = (N if D == 1 else min(N, rows + nbrs)) if a == 0 else 0.0
@@ -725,10 +741,12 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
     comm = exposed_pipe + halo_T[i_max] + ar_s
     bubble = max(0.0, pipe_epoch - compute - halo_T[i_max] - exposed_pipe)
     in_s, in_comm, in_bytes = _shared_input_cost(stats, spec, topo, prof, units[0]) if spec.shared_input else (0, 0, 0)
+    if spec.local_carry:
+        in_s, in_comm, in_bytes = _local_carry_cost(spec, topo, prof, units[0])
     compute += in_s
     comm += in_comm
     epoch = compute + comm + bubble + opt
-    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=spec.h0, wire=spec.wire, carry_apart=C == 1)
+    pipe_bytes = volume.pipeline_bytes(N, d, S, s, h0=carry_h0, wire=spec.wire, carry_apart=C == 1)
     way_bytes = volume.way_link_bytes(round(halo_m), stats.num_features, spec.layers, d, D, s, spec.model,
                                       wire=spec.wire)
     if C > 1 and spec.wire == "float32":  # stale hybrid, float32 wire: rows travel in the history's dtype
@@ -746,8 +764,22 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
         compute_s=compute, comm_s=comm, bubble_s=bubble, optimizer_s=opt, epoch_s=epoch,
         peak_mem_bytes=worst.mem_bytes, fits=fits, reason=reason, per_stage=stages, profile=prof.name,
         notes=notes, wire=spec.wire, codec_s=codecs[i_max] * relief, shared_input=spec.shared_input,
+        local_carry=spec.local_carry,
         boundary_sample=p if D > 1 else 1.0,
     )
+
+
+def _local_carry_cost(spec, topo, prof, u) -> tuple[float, float, int]:
+    """``--local-carry``: (compute s, exposed transfer s, bytes) per epoch. The reading
+    stages' transform is their stage compute (counted per stage); here the transfers: the
+    input layer's weights go down the chain of stages in pieces, so the first reader's
+    chunks wait for one transfer of them (the later readers' arrive a piece later, while the
+    pipeline fills), and the weight-gradient shares come back up the chain while stage 0
+    runs its last backwards (not counted)."""
+    D, S = topo.ways, topo.stages
+    bw, lat = prof.link(0, 1)
+    comm = 4.0 * u.params / bw + (S - 1) * lat + prof.coll_overhead_s
+    return 0.0, comm, D * volume.local_carry_bytes(S - 1, u.params)
 
 
 def _shared_input_cost(stats, spec, topo, prof, u) -> tuple[float, float, int]:

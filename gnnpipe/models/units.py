@@ -173,6 +173,7 @@ class InputLinear(Unit):
         # the carry keys whose rows are transform_input's (its output): a pipeline stage may
         # compute them from the features itself (``--local-carry``)
         self.carry_from_input = self.carry_writes
+        self._xt = ops.CsrTranspose()  # transform_input's, for sparse rows given again each epoch
 
     def forward(self, h_dst, carry, ctx, block=None, h_src=None):
         x = self.drop(h_dst, _gid(block, False), ctx)
@@ -201,7 +202,8 @@ class InputLinear(Unit):
     def transform_input(self, h: Tensor, gid: Tensor, ctx: RunCtx) -> Tensor:
         """The unit's output rows for input rows ``h`` (dense or sparse CSR) whose global
         ids are ``gid``."""
-        out = ops.linear(self.drop(h, gid, ctx), self.lin.weight, self.lin.bias, None)
+        tr = self._xt if h.layout == torch.sparse_csr else None
+        out = ops.linear(self.drop(h, gid, ctx), self.lin.weight, self.lin.bias, tr)
         return ops.relu(out) if self.relu else out
 
     def forward_transformed(self, z: Tensor, carry: dict, ctx: RunCtx, block: Block | None = None) -> tuple[Tensor, dict]:

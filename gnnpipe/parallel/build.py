@@ -31,7 +31,7 @@ from gnnpipe.parallel.graph import GraphParallelExecutor, part_exchanger
 from gnnpipe.parallel.groups import build_groups
 from gnnpipe.parallel.pipeline.inputs import StageFeatures, StageTargets
 from gnnpipe.parallel.pipeline.local_carry import LocalCarry, local_keys
-from gnnpipe.parallel.pipeline.runtime import PipelineExecutor
+from gnnpipe.parallel.pipeline.runtime import InputLayerParts, PipelineExecutor
 from gnnpipe.parallel.pipeline.shared_input import SharedInput, share_bounds
 from gnnpipe.parallel.pipeline.sources import LocalHistory
 from gnnpipe.parallel.pipeline.stage import PipelineStage, StageUnits, carry_keys_after
@@ -208,7 +208,7 @@ def _build_pipeline(comm, graph, plan, dims, mcfg, opts, num_train, seed, optimi
         shared = _shared_input(pipe, features, plan, host_chunks, units[0], D == 1, feats, seed, device)
     local = _local_carry(pipe, features, plan, host_chunks, units, blocks, seed, device) if local_carry else None
     ex = PipelineExecutor(pipe, stage, opt, dims, mcfg.hidden, cross=cross, world=comm, wire=wire,
-                          exact_stage=exact_stage, shared_input=shared, local_carry=local)
+                          exact_stage=exact_stage, input_layer=InputLayerParts(shared, local))
     log.info("way %d stage %d: units [%d, %d) of %d, %d chunks, carry in %s out %s",
              way, s_idx, a, b, len(units), len(chunks), block.carry_in, block.carry_out)
     return ex

@@ -7,15 +7,20 @@ features and the input unit's weights, and the weights are far smaller than the 
 the graph has more nodes than features (Physics: 8,415 x 100 weights against 34,493 x 100
 rows per boundary and direction). So here every stage that reads ``h0`` computes it itself:
 
-1. **forward**, before the epoch's first chunk: stage 0 sends the input unit's current
-   weights to every stage that reads the carry; each computes the unit's rows of its way's
-   nodes from the features (:meth:`InputLinear.transform_input`: this epoch's dropout
-   masks, the same per node as on stage 0) and its chunks read their rows of the result as
-   if they had arrived (the runtime adds them to the chunk's carry);
+1. **forward**, at the start of the epoch: the input unit's current weights travel from stage
+   0 down the chain of stages that read the carry (``0 → r1 → r2 → ...``), in pieces that each
+   stage hands on as they arrive, so every link carries them once and the last reader has them
+   about one transfer after stage 0 sent them (while the pipeline fills); each reader
+   computes the unit's rows of its way's nodes from the features
+   (:meth:`InputLinear.transform_input`: this epoch's dropout masks, the same per node as on
+   stage 0) and its chunks read their rows of the result as if they had arrived (the runtime
+   adds them to the chunk's carry);
 2. **backward**: each chunk's gradient of those rows is added up (the runtime hands it over
-   instead of sending it back); at the optimizer step each such stage back-propagates the
-   summed gradients through its copy of the unit and sends its share of the weight
-   gradient to stage 0, which adds the shares to its own in stage order before it steps.
+   instead of sending it back); at the optimizer step each reader back-propagates the summed
+   gradients through its copy of the unit, adds the weight-gradient share that came up the
+   chain from the readers after it, and sends the sum on towards stage 0 (one message per
+   link; the later readers finish their backward first), which adds it to its own before it
+   steps.
 
 The chunk messages then hold ``h`` alone. Only stage 0 owns the unit's weights and their
 optimizer (the other stages' copies are overwritten each epoch): checkpoints and resumes
@@ -23,8 +28,8 @@ are unchanged. The result is the relayed carry's up to the order of the weight g
 sums: stale training's numbers up to rounding (a lossy wire no longer rounds the carry).
 Exact epochs (``--exact-every``, ``--drift-bound``, ``--exact-from``), the history refresh
 and evaluation keep relaying it; ``--exact`` refuses the switch (it equals one process bit
-for bit). Bytes per epoch and way: the weights out to each reading stage and its weight
-gradient back, float32 whatever ``--wire`` says (category ``input_fwd`` / ``input_bwd``;
+for bit). Bytes per epoch and way: the weights once over each link of the chain and a weight
+gradient back over each, float32 whatever ``--wire`` says (category ``input_fwd`` / ``input_bwd``;
 :func:`gnnpipe.partition.volume.local_carry_bytes`).
 """
 
@@ -36,8 +41,9 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.models import RunCtx
 
 # Tags apart from the chunk messages' (2k, 2k + 1), evaluation's, the carry ahead's (2**26 on)
-# and the shared input's (2**27 to 2**27 + 3).
-_TAG_WEIGHTS, _TAG_WEIGHT_GRADS = 2**27 + 4, 2**27 + 5
+# and the shared input's (2**27 to 2**27 + 3): the weight gradient's, then one per weight piece.
+_TAG_WEIGHT_GRADS, _TAG_WEIGHTS = 2**27 + 4, 2**27 + 5
+_MAX_PIECES, _PIECE_BYTES = 16, 2**18
 
 
 def local_keys(unit) -> tuple[str, ...]:
@@ -68,13 +74,20 @@ class LocalCarry:
     def __init__(self, comm, unit, keys: tuple, readers: list[int], x, gid: torch.Tensor | None,
                  base: int, seed: int) -> None:
         self.comm, self.unit, self.keys = comm, unit, tuple(keys)
-        self.readers = [int(s) for s in readers]
+        self.readers = sorted(int(s) for s in readers)
         self.stage = comm.rank
         self.reads = self.stage in self.readers
         if self.reads and x is None:
             raise GnnpipeError(f"internal: stage {self.stage} computes the carry {self.keys} without features")
+        chain = [0] + self.readers
+        i = chain.index(self.stage) if self.stage in chain else None
+        self.prev = chain[i - 1] if i else None              # where the weights come from
+        self.next = chain[i + 1] if i is not None and i + 1 < len(chain) else None  # where they go on to
         self.x, self.gid, self.base, self.seed = x, gid, int(base), seed
         self.params = list(unit.parameters())
+        n = self.weight_numel
+        k = max(1, min(_MAX_PIECES, 4 * n // _PIECE_BYTES))
+        self.pieces = [(n * j // k, n * (j + 1) // k) for j in range(k)]
         self._z: torch.Tensor | None = None   # this epoch's rows, with their autograd graph
         self._zd: torch.Tensor | None = None  # the same, detached (what the chunks read)
         self._gz: torch.Tensor | None = None  # their gradients, summed over the chunks
@@ -86,15 +99,20 @@ class LocalCarry:
 
     def forward(self, epoch: int) -> None:
         """Step 1 of the module docstring (every stage of the way calls it)."""
-        if self.stage == 0:
-            flat = torch.cat([p.detach().reshape(-1) for p in self.params]) if self.readers else None
-            self._sends = [self.comm.isend(flat, s, tag=_TAG_WEIGHTS, category="input_fwd") for s in self.readers]
-            return
-        if not self.reads:
+        if self.stage != 0 and not self.reads:
             return
         dev = self.params[0].device
-        flat = torch.empty(self.weight_numel, device=dev)
-        self.comm.recv(flat, 0, tag=_TAG_WEIGHTS, category="input_fwd")
+        if self.stage == 0:
+            flat = torch.cat([p.detach().reshape(-1) for p in self.params]) if self.next is not None else None
+        else:
+            flat = torch.empty(self.weight_numel, device=dev)
+        for j, (a, b) in enumerate(self.pieces):
+            if self.prev is not None:
+                self.comm.recv(flat[a:b], self.prev, tag=_TAG_WEIGHTS + j, category="input_fwd")
+            if self.next is not None:
+                self._sends.append(self.comm.isend(flat[a:b], self.next, tag=_TAG_WEIGHTS + j, category="input_fwd"))
+        if self.stage == 0:
+            return
         with torch.no_grad():
             off = 0
             for p in self.params:
@@ -125,28 +143,33 @@ class LocalCarry:
     def backward(self) -> None:
         """Step 2 of the module docstring (every stage of the way calls it, after its last
         chunk's backward)."""
+        if self.stage != 0 and not self.reads:
+            return
+        dev = self.params[0].device
         if self.stage == 0:
-            share = torch.empty(self.weight_numel, device=self.params[0].device) if self.readers else None
-            for s in self.readers:  # in stage order: the same sums on every run
-                self.comm.recv(share, s, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
+            if self.next is not None:
+                share = torch.empty(self.weight_numel, device=dev)
+                self.comm.recv(share, self.next, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
                 off = 0
                 for p in self.params:
                     g = share[off : off + p.numel()].view_as(p)
                     p.grad = g.clone() if p.grad is None else p.grad.add_(g)
                     off += p.numel()
-            for w in self._sends:
-                w.wait()
-            self._sends = []
-            return
-        if not self.reads:
-            return
-        z, gz = self._z, self._gz
-        self._z = self._zd = self._gz = None
-        for p in self.params:
-            p.grad = None
-        torch.autograd.backward([z], [gz])
-        share = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                           for p in self.params])
-        self.comm.send(share, 0, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
-        for p in self.params:
-            p.grad = None
+        else:
+            z, gz = self._z, self._gz
+            self._z = self._zd = self._gz = None
+            for p in self.params:
+                p.grad = None
+            torch.autograd.backward([z], [gz])
+            share = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                               for p in self.params])
+            for p in self.params:
+                p.grad = None
+            if self.next is not None:  # the readers after this one, summed (the same order every run)
+                later = torch.empty_like(share)
+                self.comm.recv(later, self.next, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
+                share += later
+            self.comm.send(share, self.prev, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
+        for w in self._sends:
+            w.wait()
+        self._sends = []

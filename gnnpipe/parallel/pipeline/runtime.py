@@ -22,6 +22,7 @@ float32: evaluation is exact full-graph inference.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -58,22 +59,19 @@ class PipelineExecutor(Executor):
         exact_stage: with ``opts.exact_every`` or ``opts.drift_bound``, the stage of the exact
             epochs (the same units over one chunk spanning the whole graph, writing ``stage``'s
             history).
-        shared_input: ``--shared-input``: this stage's part of the first layer's transform
-            (:class:`SharedInput`), run around every stale training epoch.
-        local_carry: ``--local-carry``: this stage's part of the carry computed on every
-            stage (:class:`LocalCarry`), run around every stale training epoch: its keys
-            leave the chunk messages.
+        input_layer: the input layer's parts that run around every stale training epoch
+            (:class:`InputLayerParts`: ``--shared-input``, ``--local-carry``).
     """
 
     def __init__(self, comm, stage: PipelineStage, optimizer, dims: ParallelDims, carry_dim: int,
                  cross=None, world=None, wire: Wire = FLOAT32, exact_stage: PipelineStage | None = None,
-                 shared_input: SharedInput | None = None, local_carry: LocalCarry | None = None) -> None:
+                 input_layer: "InputLayerParts | None" = None) -> None:
         if stage.opts.has_exact_epochs and exact_stage is None:
             raise GnnpipeError("internal: exact epochs without the stage of the exact epochs")
         self.exact_stage = exact_stage
         self.exact_epochs = ExactEpochs(stage.opts)
-        self.shared_input = shared_input
-        self.local_carry = local_carry
+        parts = input_layer if input_layer is not None else InputLayerParts()
+        self.shared_input, self.local_carry = parts.shared, parts.local
         self.comm = comm
         self.cross = cross
         self.world = world if world is not None else comm
@@ -170,14 +168,17 @@ class PipelineExecutor(Executor):
         run.ahead = ahead
         run.shared = self.shared_input if st is self.stage else None  # (an exact epoch: stage 0's own path)
         run.local = local
-        for part in (run.shared, run.local):
-            if part is not None:
-                t0 = time.perf_counter()
-                part.forward(epoch)
-                run.spent["input"] += time.perf_counter() - t0
+        if run.shared is not None:
+            t0 = time.perf_counter()
+            run.shared.forward(epoch)
+            run.spent["input"] += time.perf_counter() - t0
         self._post(run, ActionKind.RECV_F)
         if ahead is not None:
             ahead.post_forward()
+        if run.local is not None:  # (after the posts: the first chunks flow while the weights do)
+            t0 = time.perf_counter()
+            run.local.forward(epoch)
+            run.spent["input"] += time.perf_counter() - t0
         for a in actions:
             if not run.b_posted and a.kind in (ActionKind.RECV_B, ActionKind.B):
                 run.b_posted = True
@@ -396,6 +397,15 @@ class PipelineExecutor(Executor):
     def _refresh(self, epoch: int) -> None:
         """The history refresh before a training epoch (see :meth:`_eval_forward`)."""
         self._eval_forward(epoch, refresh=True)
+
+
+@dataclass(frozen=True)
+class InputLayerParts:
+    """This stage's parts of the input layer that run around every stale training epoch
+    (exact epochs keep stage 0's own path and relay the carry)."""
+
+    shared: SharedInput | None = None  # --shared-input: its share of the first layer's transform
+    local: LocalCarry | None = None    # --local-carry: the carry computed here; its keys leave the messages
 
 
 class _EpochRun:
