@@ -17,10 +17,10 @@ rows per boundary and direction). So here every stage that reads ``h0`` computes
    adds them to the chunk's carry);
 2. **backward**: each chunk's gradient of those rows is added up (the runtime hands it over
    instead of sending it back); at the optimizer step each reader back-propagates the summed
-   gradients through its copy of the unit, adds the weight-gradient share that came up the
-   chain from the readers after it, and sends the sum on towards stage 0 (one message per
-   link; the later readers finish their backward first), which adds it to its own before it
-   steps.
+   gradients through its copy of the unit, adds the weight-gradient share that comes up the
+   chain from the readers after it, piece by piece as it arrives (the later readers finish
+   their backward first), and sends each summed piece on towards stage 0, which adds the
+   sum to its own before it steps.
 
 The chunk messages then hold ``h`` alone. Only stage 0 owns the unit's weights and their
 optimizer (the other stages' copies are overwritten each epoch): checkpoints and resumes
@@ -41,9 +41,10 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.models import RunCtx
 
 # Tags apart from the chunk messages' (2k, 2k + 1), evaluation's, the carry ahead's (2**26 on)
-# and the shared input's (2**27 to 2**27 + 3): the weight gradient's, then one per weight piece.
-_TAG_WEIGHT_GRADS, _TAG_WEIGHTS = 2**27 + 4, 2**27 + 5
+# and the shared input's (2**27 to 2**27 + 3): one per piece of the weights, then of their gradient.
 _MAX_PIECES, _PIECE_BYTES = 16, 2**18
+_TAG_WEIGHTS = 2**27 + 8
+_TAG_WEIGHT_GRADS = _TAG_WEIGHTS + _MAX_PIECES
 
 
 def local_keys(unit) -> tuple[str, ...]:
@@ -63,7 +64,8 @@ class LocalCarry:
             copy whose weights each epoch overwrites).
         keys: the carry keys computed locally (:func:`local_keys`), model-wide: no training
             message of a stale epoch holds them.
-        readers: the stages (> 0) whose units read them: stage 0 sends them the weights.
+        readers: the stages (> 0) whose units read them: the chain the weights go down
+            from stage 0, in stage order (and the gradient shares up).
         x: this stage's feature rows of its way's nodes (dense or sparse CSR, on the
             stage's device; None on stage 0 and on a stage that reads none).
         gid: their global node ids (the dropout masks' key).
@@ -145,11 +147,11 @@ class LocalCarry:
         chunk's backward)."""
         if self.stage != 0 and not self.reads:
             return
-        dev = self.params[0].device
         if self.stage == 0:
             if self.next is not None:
-                share = torch.empty(self.weight_numel, device=dev)
-                self.comm.recv(share, self.next, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
+                share = torch.empty(self.weight_numel, device=self.params[0].device)
+                for j, (a, b) in enumerate(self.pieces):
+                    self.comm.recv(share[a:b], self.next, tag=_TAG_WEIGHT_GRADS + j, category="input_bwd")
                 off = 0
                 for p in self.params:
                     g = share[off : off + p.numel()].view_as(p)
@@ -165,11 +167,13 @@ class LocalCarry:
                                for p in self.params])
             for p in self.params:
                 p.grad = None
-            if self.next is not None:  # the readers after this one, summed (the same order every run)
-                later = torch.empty_like(share)
-                self.comm.recv(later, self.next, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
-                share += later
-            self.comm.send(share, self.prev, tag=_TAG_WEIGHT_GRADS, category="input_bwd")
+            later = torch.empty_like(share) if self.next is not None else None
+            for j, (a, b) in enumerate(self.pieces):
+                if later is not None:  # the readers after this one, summed: own + later, every run alike
+                    self.comm.recv(later[a:b], self.next, tag=_TAG_WEIGHT_GRADS + j, category="input_bwd")
+                    share[a:b] += later[a:b]
+                self._sends.append(self.comm.isend(share[a:b], self.prev, tag=_TAG_WEIGHT_GRADS + j,
+                                                   category="input_bwd"))
         for w in self._sends:
             w.wait()
         self._sends = []

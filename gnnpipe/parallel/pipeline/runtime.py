@@ -3,10 +3,10 @@
 Each rank (stage) runs :class:`PipelineExecutor`, which takes its list from
 :func:`gnnpipe.schedule.lower` of :func:`gnnpipe.schedule.gnnpipe_schedule`, checked by
 :func:`gnnpipe.schedule.validate`, and executes it action by action: ``F``/``B`` call the
-:class:`gnnpipe.parallel.pipeline.stage.PipelineStage`'s compute, ``SEND_*``/``RECV_*`` move chunk
-activations (and GCNII's ``h0``) and their gradients between neighbour stages, ``OPT``
-all-reduces the weight gradients across ways and steps the optimizer. Only chunk
-activations travel between stages; no halo exchange.
+:class:`gnnpipe.parallel.pipeline.stage.PipelineStage`'s compute, ``SEND_*``/``RECV_*`` move
+chunk activations (and GCNII's ``h0``, unless each stage computes it: :mod:`.local_carry`) and
+their gradients between neighbour stages, ``OPT`` all-reduces the weight gradients across
+ways and steps the optimizer. Only chunk activations travel between stages; no halo exchange.
 
 Wire formats (``--wire``): a training message is one wire row per node, the concatenated
 ``[h | carry]`` row encoded as ONE row of width ``d + len(carry)·d`` (one header for int8 /
@@ -304,6 +304,12 @@ class PipelineExecutor(Executor):
             run.spent["encode"] += time.perf_counter() - t0 - waited
 
     def _on_opt(self, run: "_EpochRun", a) -> None:
+        # (every chunk's backward is done: the carry rows' gradients are whole) the local
+        # carry's backward computes while the last rows' gradients are still on the wire
+        t0 = time.perf_counter()
+        if run.local is not None:
+            run.local.backward()
+            run.spent["input"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         for w in run.sends + (run.ahead.sends if run.ahead is not None else []):
             w.wait()
@@ -311,12 +317,11 @@ class PipelineExecutor(Executor):
         run.bubble += t1 - t0
         run.spent["wait_send"] += t1 - t0
         run.sends.clear()
-        for part in (run.shared, run.local):  # (every chunk's backward is done: the rows' gradients are whole)
-            if part is not None:
-                part.backward()
-                t2 = time.perf_counter()
-                run.spent["input"] += t2 - t1
-                t1 = t2
+        if run.shared is not None:
+            run.shared.backward()
+            t2 = time.perf_counter()
+            run.spent["input"] += t2 - t1
+            t1 = t2
         allreduce_grads(self.params, self.cross)  # across ways: the same stage's layers
         self.opt.step()
         run.spent["optimizer"] += time.perf_counter() - t1

@@ -81,7 +81,10 @@ Weight gradients accumulate over the chunks; each stage steps its optimizer once
 With the shared input layer (``--shared-input``, :mod:`.shared_input`) the first unit's
 transform of every row is computed by all the way's stages and handed to the first stage's
 :class:`StageFeatures` before the chunks run; the rules above are unchanged (only the order of
-the weight gradient's sums differs).
+the weight gradient's sums differs). With the carry computed on every stage (``--local-carry``,
+:mod:`.local_carry`) a stage's chunks receive GCNII's ``h0`` from the stage's own copy of the
+input layer instead of the previous stage; the stage sees no difference (the runtime hands it
+the rows and takes their gradients), and neither do the rules.
 """
 
 from __future__ import annotations
