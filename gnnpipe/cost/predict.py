@@ -771,14 +771,14 @@ def _predict_pipeline(stats, spec, topo, prof, units) -> Prediction:
 
 def _local_carry_cost(spec, topo, prof, u) -> tuple[float, float, int]:
     """``--local-carry``: (compute s, exposed transfer s, bytes) per epoch. The reading
-    stages' transform is their stage compute (counted per stage); here the transfers: the
-    input layer's weights go down the chain of stages in pieces, so the first reader's
-    chunks wait for one transfer of them (the later readers' arrive a piece later, while the
-    pipeline fills), and the weight-gradient shares come back up the chain while stage 0
-    runs its last backwards (not counted)."""
+    stages' transform is their stage compute (counted per stage); here the transfers, in
+    pieces along the chain of stages: the first reader's chunks wait for one transfer of the
+    weights at the epoch's start, and stage 0 waits for one transfer of the summed gradient
+    shares at its end (each reader hands a piece on as it arrives, so the later hops add a
+    piece each, not a transfer)."""
     D, S = topo.ways, topo.stages
     bw, lat = prof.link(0, 1)
-    comm = 4.0 * u.params / bw + (S - 1) * lat + prof.coll_overhead_s
+    comm = 2.0 * (4.0 * u.params / bw + (S - 1) * lat + prof.coll_overhead_s)
     return 0.0, comm, D * volume.local_carry_bytes(S - 1, u.params)
 
 
