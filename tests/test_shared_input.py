@@ -14,11 +14,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-import torch
 
 from helpers.rankfns import _cfg
 
@@ -34,34 +31,18 @@ from gnnpipe.partition.volume import shared_input_bytes
 from gnnpipe.spawn import run_ranks
 
 from helpers.oracle import model_config
+from helpers.switches import ENV, bag_of_words_graph, pairs, same_training
 
-ENV = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
 # 40 features > hidden 16: the first layer transforms first (gcn, sage), as gat always does.
 WIDE = dict(synth_features=40, layers=3, epochs=3)
-
-
-def _pairs(world: int, runs: list) -> list:
-    both = [dict(r, shared_input=s) for r in runs for s in (True, False)]
-    res = run_ranks("helpers.rankfns:many", world, "torch", args={"fn": "pipeline_run", "runs": both},
-                    env=ENV, timeout_s=300)
-    return [([rank[2 * i] for rank in res], [rank[2 * i + 1] for rank in res]) for i in range(len(runs))]
-
-
-def _same_training(shared: list, plain: list, what: str) -> None:
-    np.testing.assert_allclose(shared[0]["losses"], plain[0]["losses"], rtol=1e-5, err_msg=what)
-    for a, b in zip(shared, plain):
-        assert a["grads"].keys() == b["grads"].keys()
-        for k in a["grads"]:
-            torch.testing.assert_close(a["grads"][k], b["grads"][k], rtol=1e-4, atol=1e-6,
-                                       msg=lambda m, k=k: f"{what}, {k}: {m}")
 
 
 def test_stages_sharing_the_input_layer_train_as_stage_zero_alone():
     runs = [dict(WIDE, model=m) for m in ("gcn", "sage", "gat", "gcnii", "resgcn+")]
     runs.append(dict(WIDE, model="sage", exact_every=2, epochs=4))  # exact epochs keep stage 0's own path
-    for run, (shared, plain) in zip(runs, _pairs(3, runs)):
+    for run, (shared, plain) in zip(runs, pairs(3, runs, "shared_input")):
         what = f"{run['model']}{' exact-every 2' if run.get('exact_every') else ''}"
-        _same_training(shared, plain, what)
+        same_training(shared, plain, what)
         # taken in a stale epoch 0 (every stage sent: the weights from stage 0, rows from the
         # others); not in an exact one (epoch 0 of exact-every 2), nor without the switch
         sent = [r["bytes"].get("input_fwd", 0) for r in shared]
@@ -73,8 +54,8 @@ def test_a_hybrid_way_shares_its_first_layer_too():
     """Each way shares among its own stages: a convolution's over the way's feature rows
     (its part's and its chunks' neighbours'), a row-wise layer's over its part's nodes."""
     runs = [dict(WIDE, model=m, mode="hybrid", ways=2) for m in ("sage", "gcnii")]
-    for run, (shared, plain) in zip(runs, _pairs(4, runs)):
-        _same_training(shared, plain, f"hybrid 2x2 {run['model']}")
+    for run, (shared, plain) in zip(runs, pairs(4, runs, "shared_input")):
+        same_training(shared, plain, f"hybrid 2x2 {run['model']}")
         assert all(r["bytes"].get("input_fwd", 0) > 0 for r in shared)
 
 
@@ -189,20 +170,10 @@ def _profile():
 def test_a_row_wise_input_layer_is_shared_over_sparse_features(tmp_path):
     """Bag-of-words features (Physics' kind) stay sparse CSR: gcnii's input layer takes
     them row-wise on every stage; a convolution's transform is refused on them."""
-    import dataclasses
-
-    import scipy.sparse as sp
-
-    from gnnpipe.data import synthetic
-
-    g = synthetic.sbm(num_nodes=240, num_classes=4, avg_degree=6.0, num_features=40, seed=0)
-    rng = np.random.default_rng(0)
-    bags = sp.csr_matrix((rng.random((240, 40)) < 0.1).astype(np.float32))
-    dataclasses.replace(g, features=bags, validate=False, _hash=None).save(tmp_path / "bags")
-    run = dict(WIDE, model="gcnii", dataset=str(tmp_path / "bags"))
-    (shared, plain), = _pairs(3, [run])
+    run = dict(WIDE, model="gcnii", dataset=bag_of_words_graph(tmp_path / "bags"))
+    (shared, plain), = pairs(3, [run], "shared_input")
     assert load_graph_for(_cfg(**run)).sparse_features
-    _same_training(shared, plain, "gcnii on sparse features")
+    same_training(shared, plain, "gcnii on sparse features")
     assert all(r["bytes"].get("input_fwd", 0) > 0 for r in shared)
     cfg = _cfg(**{**run, "model": "gcn", "mode": "pipeline"})
     unit = build_model(model_config(cfg, load_graph_for(cfg)), seed=0).units[0]
