@@ -292,11 +292,16 @@ def _local_carry(pipe, features, plan, host_chunks: list, units: list, blocks: l
     x = gid = None
     lo, hi = host_chunks[0].lo, host_chunks[-1].hi
     if pipe.rank in readers:
-        orig = np.asarray(plan.perm, dtype=np.int64)[np.arange(lo, hi, dtype=np.int64)]
-        x = feature_rows(features, orig).to(device)  # (dense, or sparse CSR)
-        gid = torch.from_numpy(orig).to(device)
+        x, gid = _rows_with_ids(features, plan, np.arange(lo, hi, dtype=np.int64), device)
     units[0].to(device)
     return LocalCarry(pipe, units[0], keys, readers, x, gid, lo, seed)
+
+
+def _rows_with_ids(features, plan, ids: np.ndarray, device) -> tuple:
+    """The feature rows of relabelled nodes ``ids`` (dense, or sparse CSR) and their
+    original ids (the dropout masks' key), on ``device``."""
+    orig = np.asarray(plan.perm, dtype=np.int64)[ids]
+    return feature_rows(features, orig).to(device), torch.from_numpy(orig).to(device)
 
 
 def _shared_input(pipe, features, plan, host_chunks: list, unit, whole: bool, feats: StageFeatures | None, seed: int,
@@ -313,9 +318,7 @@ def _shared_input(pipe, features, plan, host_chunks: list, unit, whole: bool, fe
     a, b = int(bounds[pipe.rank]), int(bounds[pipe.rank + 1])
     if feats is not None and not feats.transforms:
         raise GnnpipeError("internal: a first stage without the epoch input transform shares it")
-    orig = np.asarray(plan.perm, dtype=np.int64)[ids[a:b]]
-    x = feature_rows(features, orig).to(device)  # (dense, or sparse CSR)
-    gid = torch.from_numpy(orig).to(device)
+    x, gid = _rows_with_ids(features, plan, ids[a:b], device)
     unit.to(device)
     return SharedInput(pipe, unit, x, gid, bounds, seed, features=feats)
 
