@@ -12,7 +12,7 @@ set -euo pipefail
 OUT=$(realpath -m "${1:-results-bns-hybrid}")/cluster
 BIN=$(dirname "$(command -v gnnpipe-bench || echo .venv/bin/gnnpipe-bench)")
 F="--dataset squirrel --model sage --layers 4 --hidden 256 --dropout 0.5 --lr 0.005 --weight-decay 0 --epochs 4 --eval-every 100"
-HYB="--mode hybrid --ways 2 --stages 2 --chunks 16"
+HYB="--mode hybrid --ways 2 --stages 2 --chunks 16 --exact-every 0"
 for rep in 1 2; do
   for rate in 50mbit unshaped; do
     echo "round $rep $rate $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -22,8 +22,8 @@ for rep in 1 2; do
     if [ "$rate" = 50mbit ]; then
       run graph --mode graph
       run graph-bns --mode graph --boundary-sample 0.1
-      run pipe16 --mode pipeline --stages 4 --chunks 16
-      run pipe32 --mode pipeline --stages 4 --chunks 32
+      run pipe16 --mode pipeline --stages 4 --chunks 16 --exact-every 0
+      run pipe32 --mode pipeline --stages 4 --chunks 32 --exact-every 0
     fi
   done
 done

@@ -17,7 +17,7 @@ M="--model gcnii --layers 32 --hidden 100 --dropout 0.5 --lr 0.005 --weight-deca
 case $WHICH in
   squirrel) F="--dataset squirrel $M --epochs 7"; P="--mode pipeline --stages 4 --exact-every 2 --wire int8"
             CELLS=("g|--mode graph" "p2|$P --chunks 2" "p4|$P --chunks 4" "p16|$P --chunks 16") ;;
-  physics)  F="--dataset coauthor_physics $M --epochs 5"; P="--mode pipeline --stages 4"
+  physics)  F="--dataset coauthor_physics $M --epochs 5"; P="--mode pipeline --stages 4 --exact-every 0"
             CELLS=("g|--mode graph" "p16s|$P --chunks 16 --shared-input" "p8s|$P --chunks 8 --shared-input"
                    "p8|$P --chunks 8" "p4s|$P --chunks 4 --shared-input") ;;
   *) echo "chunk_probe.sh: expected squirrel or physics, got $WHICH" >&2; exit 2 ;;

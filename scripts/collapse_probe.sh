@@ -22,8 +22,8 @@ BIN=$(dirname "$(command -v gnnpipe-train || echo "$REPO/.venv/bin/gnnpipe-train
 G="--dataset sbm --synth-nodes 100000 --synth-degree 10 --synth-classes 8 --synth-features 64 --synth-signal 0.3"
 M="--model gcnii --layers 32 --hidden 64 --dropout 0.5 --lr 0.005 --weight-decay 0 --epochs 60 --eval-every 5"
 RUNS=("graph|--mode graph"
-      "pipe16|--mode pipeline --stages 1 --chunks 16"
-      "pipe64|--mode pipeline --stages 1 --chunks 64"
+      "pipe16|--mode pipeline --stages 1 --chunks 16 --exact-every 0"
+      "pipe64|--mode pipeline --stages 1 --chunks 64 --exact-every 0"
       "pipe16-exact2|--mode pipeline --stages 1 --chunks 16 --exact-every 2")
 mkdir -p "$OUT"
 for seed in $SEEDS; do

@@ -28,7 +28,7 @@ PY
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $n ranks; flags: $*"
 run graph-float32 --mode graph "$@"
 for w in float32 bfloat16 int8 int4; do
-  run "pipeline-$w" --mode pipeline --chunks $((4 * n)) --wire "$w" "$@"
+  run "pipeline-$w" --mode pipeline --chunks $((4 * n)) --exact-every 0 --wire "$w" "$@"
 done
 g=$(cat "$tmp/graph-float32/metrics.jsonl.boundary")
 for w in float32 bfloat16 int8 int4; do

@@ -214,6 +214,22 @@ def test_cli_resume_takes_settings_from_the_checkpoint(tmp_path):
     assert main(["--resume", str(tmp_path / "absent"), "--no-progress"]) == 2
 
 
+def test_cli_resume_of_a_checkpoint_older_than_a_field_keeps_what_it_meant(tmp_path):
+    """A checkpoint written before --exact-every existed had no exact epochs; resuming it
+    takes that (0), not today's default (2), and continues the run as it was."""
+    from gnnpipe.cli.train import main
+
+    run = tmp_path / "run"
+    assert main(_cli_args(dict(PIPE, epochs=4, checkpoint_every=2, out=str(run), threads=1, exact_every=0))) == 0
+    for d in (run / "checkpoints").glob("epoch-*"):  # as an older gnnpipe wrote it
+        commit = json.loads((d / "COMMIT.json").read_text())
+        del commit["config"]["exact_every"], commit["identity"]["exact_every"]
+        (d / "COMMIT.json").write_text(json.dumps(commit))
+    assert main(["--resume", str(run), "--epochs", "6", "--no-progress"]) == 0
+    assert json.loads((run / "config.json").read_text())["exact_every"] == 0
+    assert not any(m.get("exact") for m in _metrics(run))
+
+
 def test_damaged_rank_file_is_refused(tmp_path):
     run = tmp_path / "run"
     _train1(run, **GRAPH, epochs=2, checkpoint_every=2)

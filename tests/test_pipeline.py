@@ -311,6 +311,29 @@ def test_exact_epochs_are_refused_in_graph_mode():
     assert TrainConfig(mode="pipeline", exact_every=2, exact_from=100).exact_from == 100
 
 
+def test_stale_runs_have_every_2nd_epoch_exact_by_default(tmp_path):
+    """The default schedule (docs/convergence-notes.md section 18): every 2nd epoch exact in
+    the stale modes, none where the run is exact anyway or --drift-bound chooses; what ran is
+    in config.json and the metrics mark the exact epochs."""
+    import json
+
+    import gnnpipe
+    from gnnpipe.config import DEFAULT_EXACT_EVERY, TrainConfig
+
+    assert DEFAULT_EXACT_EVERY == 2
+    assert TrainConfig(mode="pipeline").exact_every == 2
+    assert TrainConfig(mode="hybrid", ways=2).exact_every == 2
+    assert TrainConfig(mode="graph").exact_every == 0
+    assert TrainConfig(mode="pipeline", exact=True).exact_every == 0
+    assert TrainConfig(mode="pipeline", drift_bound=0.7).exact_every == 0
+    assert TrainConfig(mode="pipeline", exact_every=0).exact_every == 0  # the paper's schedule, asked for
+    assert TrainConfig(mode="pipeline", exact_every=3).exact_every == 3
+    res = gnnpipe.fit(mode="pipeline", dataset="sbm", synth_nodes=200, synth_features=8, layers=2, hidden=8,
+                      chunks=4, epochs=3, eval_every=3, threads=1, out=tmp_path / "run", progress=False)
+    assert [bool(m.get("exact")) for m in res.metrics] == [True, False, True]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["exact_every"] == 2
+
+
 @pytest.mark.parametrize("ways", [1, 2])
 def test_history_refresh_makes_the_forward_exact(ways):
     """A refreshed epoch reads, for every neighbour outside its chunk, the row the exact

@@ -169,6 +169,8 @@ def test_exact_every_ranks_the_mean_of_stale_and_exact_epochs(a5000):
             assert p.exact_epoch_s == pytest.approx(ex.epoch_s)
             assert p.bytes["total"] == pytest.approx((2 * q.bytes["total"] + ex.bytes["total"]) / 3)
         assert p.peak_mem_bytes >= q.peak_mem_bytes and "--exact-every 3" in train_command(p, "sbm", spec)
+        # every epoch stale was planned: the command says so, whatever gnnpipe-train's default
+        assert train_command(q, "sbm", spec).endswith(" --exact-every 0")
     assert [p.epoch_s for p in blended if p.fits] == sorted(p.epoch_s for p in blended if p.fits)
 
 
@@ -409,6 +411,9 @@ def test_recommended_command_trains_what_was_planned(profile, device):
     else:
         assert (cfg.ways, cfg.stages, cfg.chunks, cfg.history_dtype) == (best["ways"], best["stages"], best["chunks"],
                                                                          "bfloat16")
+    # planned with gnnpipe-train's default schedule (every 2nd epoch exact), and it runs that
+    assert out["exact_every"] == 2 and cfg.exact_every == (0 if cfg.mode == "graph" else 2)
+    assert all(p["exact_every"] == (0 if p["topology"]["mode"] == "graph" else 2) for p in out["predictions"])
     # The table prints the same command.
     t = _cli("rmat", "--stats", "200000,2000000,64,5", "--world", "4", "--layers", "16", "--hidden", "64",
              "--model", "gcnii", "--profile", profile, "--history-dtype", "bfloat16")

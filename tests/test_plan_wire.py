@@ -232,7 +232,8 @@ def test_cli_table_says_wire_cost_and_prior(capsys):
     assert "prior:" in txt and "measured here over 3 seeds" in txt
     rec = txt.split("recommended:")[1]
     assert "--wire int8:" in rec and "in float32" in rec and "(a prior)" in rec
-    assert rec.strip().splitlines()[-1].strip().endswith("--wire int8")
+    cmd = rec.strip().splitlines()[-1].strip()
+    assert " --wire int8" in cmd and cmd.endswith("--exact-every 2")  # gnnpipe-train's default schedule, planned
 
 
 def test_cli_leaves_int8_out_for_resgcn_by_its_shipped_measurement(capsys):

@@ -73,7 +73,16 @@ def test_exact_epochs_are_timed_and_counted_apart():
     """--exact-every N: epochs 0, N, 2N, ... cost the exact epoch's time, the others the
     stale one's; the timing run's two medians are taken apart (the first epoch left out)."""
     assert tta.exact_every_of(["--epochs", "9", "--exact-every", "2"]) == 2
-    assert tta.exact_every_of(["--exact-every=3"]) == 3 and tta.exact_every_of(["--epochs", "2"]) == 0
+    assert tta.exact_every_of(["--exact-every=3"]) == 3 and tta.exact_every_of(["--epochs", "2", "--mode", "graph"]) == 0
+    # unset: gnnpipe-train's default for the run (every 2nd epoch exact in the stale modes)
+    assert tta.exact_every_of(["--mode", "hybrid"]) == 2 and tta.exact_every_of(["--epochs", "2"]) == 2
+    assert tta.exact_every_of(["--mode", "pipeline", "--exact"]) == 0
+    assert tta.exact_every_of(["--mode", "pipeline", "--drift-bound", "0.7"]) == 0
+    assert tta.exact_every_of(["--exact-every", "2", "--exact-every", "0"]) == 0  # the last one counts
+    # a stored curve: what it recorded; one written before curves recorded it, its flag's (then 0)
+    assert tta._every_of({"exact_every": 2, "args": ["--mode", "pipeline"]}) == 2
+    assert tta._every_of({"args": ["--mode", "pipeline"]}) == 0
+    assert tta._every_of({"args": ["--mode", "pipeline", "--exact-every", "2"]}) == 2
     assert tta.seconds_to(5, 1.0, 3.0, 2) == pytest.approx(3 * 3.0 + 2 * 1.0)  # 0, 2, 4 exact
     assert tta.seconds_to(4, 1.0, 3.0, 2) == pytest.approx(2 * 3.0 + 2 * 1.0)
     assert tta.seconds_to(4, 1.0) == pytest.approx(4.0)
@@ -151,6 +160,7 @@ def test_report_writes_the_table_and_a_plot(tmp_path):
     ("epochs", [0, 2, 1, 3], "increasing epoch counts"),
     ("epochs", [-1, 0, 1, 2], "increasing epoch counts"),
     ("test", [0.1], "test accuracies"),
+    ("exact_every", "2", "exact_every"), ("exact_every", -1, "exact_every"), ("exact_every", True, "exact_every"),
 ])
 def test_a_curve_with_bad_epochs_or_tests_is_refused_naming_the_line(field, value, needle, tmp_path, capsys):
     d = tmp_path / "r"

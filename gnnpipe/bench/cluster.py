@@ -338,10 +338,12 @@ def _cell_name(cell: Mapping[str, Any], layers: int) -> str:
 
 def _cell_args(cell: Mapping[str, Any], layers: int, hidden: int, epochs: int, world: int,
                extra: Sequence[str]) -> list[str]:
-    """A sweep cell's gnnpipe-train arguments."""
+    """A sweep cell's gnnpipe-train arguments: a pipelined cell's epochs all stale
+    (``--exact-every 0``, the epoch the cost model predicts; ``extra`` may set another)."""
     wire = cell["wire"]
     return [*GRAPHS[cell["graph"]], "--model", cell["model"], "--layers", str(layers), "--hidden", str(hidden),
             "--epochs", str(epochs), "--eval-every", "1000000", "--seed", "0", *mode_flags(cell["mode"], world),
+            *(["--exact-every", "0"] if cell["mode"] != "graph" else []),
             *(["--wire", wire] if wire != "float32" else []),
             *(["--boundary-sample", f"{_sample(cell):g}"] if _sample(cell) < 1.0 else []), *extra]
 

@@ -57,7 +57,7 @@ from gnnpipe.bench.accuracy import COMMON_DEEP
 from gnnpipe.bench.cluster import (MODE_COLORS, MODES, WIRE_STYLE, check_train_args, epoch_summary, machine_load,
                                    make_predictor, mode_flags, run_job)
 from gnnpipe.cli import ArgumentParser, run_cli
-from gnnpipe.config import WIRE_FORMATS
+from gnnpipe.config import WIRE_FORMATS, TrainConfig, default_exact_every
 from gnnpipe.cost import WIRE_MIN_GAIN, prior_for, wire_choices
 
 log = logging.getLogger(__name__)
@@ -99,13 +99,13 @@ def epochs_to(curve: Mapping[str, Any], target: float) -> int | None:
 
 def _flag_value(args: Sequence[str], flag: str) -> str | None:
     """The value of ``flag`` in a run's gnnpipe-train flags (``FLAG V`` or ``FLAG=V``), or None."""
-    args = [str(a) for a in args]
-    for i, a in enumerate(args):
+    args, value = [str(a) for a in args], None
+    for i, a in enumerate(args):  # the last one counts, as for argparse
         if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
 
 
 def _without_flag(args: Sequence[str], flag: str) -> list[str]:
@@ -136,8 +136,20 @@ def _count_flag(args: Sequence[str], flag: str) -> int:
 
 
 def exact_every_of(args: Sequence[str]) -> int:
-    """The ``--exact-every`` of a run's gnnpipe-train flags (0: none)."""
-    return _count_flag(args, "--exact-every")
+    """The ``--exact-every`` a run with these gnnpipe-train flags trains with: the flag's
+    value, or gnnpipe-train's default for the run's mode (0: no exact epochs among the stale
+    ones)."""
+    if _flag_value(args, "--exact-every") is not None:
+        return _count_flag(args, "--exact-every")
+    return default_exact_every(_flag_value(args, "--mode") or TrainConfig.mode, "--exact" in args, drift_bounded(args))
+
+
+def _every_of(rec: Mapping[str, Any]) -> int:
+    """A stored curve's ``--exact-every``: the value it recorded, or for a record written
+    before curves recorded it, its flag's (the default was 0 then)."""
+    if "exact_every" in rec:
+        return int(rec["exact_every"])
+    return _count_flag(rec.get("args", ()), "--exact-every")
 
 
 def drift_bounded(args: Sequence[str]) -> bool:
@@ -230,7 +242,7 @@ def summarize(curves: Sequence[Mapping[str, Any]], timing: Sequence[Mapping[str,
         runs = sorted((c for c in curves if (c["mode"], c["wire"]) == (mode, wire)), key=lambda c: c["seed"])
         to = [epochs_to(c, target) for c in runs]
         args = runs[0].get("args", ())
-        every = exact_every_of(args)
+        every = _every_of(runs[0])
         drift, since, marked = drift_bounded(args), exact_from_of(args), marks_exact_epochs(args)
         hit = [e for e in to if e is not None]
         own = [c.get("exact_epochs") if marked else None for c, e in zip(runs, to) if e is not None]
@@ -417,6 +429,10 @@ def _read_jsonl(path: Path, fields: Mapping[str, type] | None = None) -> list[di
                 CL.parse_rate(rec["rate"])
             except GnnpipeError:
                 raise GnnpipeError(f"{path}, line {n}: rate {rec['rate']!r:.30} is not a link rate") from None
+        every = rec.get("exact_every", 0)
+        if isinstance(every, bool) or not isinstance(every, int) or not 0 <= every < 2**63:
+            raise GnnpipeError(f"{path}, line {n}: exact_every {every!r:.30} should be an integer >= 0 "
+                               "(0: no exact epochs)")
         # (the list fields are a curve's; a timing record's "epochs" counts its timed epochs)
         nums = [rec[k] for k in ("epochs", "val", "test", "epoch_time_s") if k in fields]
         if any(not all(_finite(x) for x in xs) for xs in nums):
@@ -549,7 +565,8 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
         run_dir = d / "runs" / f"{mode}-{w}-seed{seed}"
         t0, before = time.monotonic(), machine_load()
         _train(args, run_dir, local, curve_rate, timeout_s)
-        rec = {**_curve_of(run_dir, mode, w, seed), "args": args, "wall_s": time.monotonic() - t0,
+        rec = {**_curve_of(run_dir, mode, w, seed), "args": args, "exact_every": exact_every_of(args),
+               "wall_s": time.monotonic() - t0,
                "load1_before": before["load1"], "load1_after": machine_load()["load1"], "cores": before["cores"]}
         _append(curves_f, rec)
         done.add((mode, w, seed))
@@ -597,7 +614,7 @@ def run(out: Path, config: str, seeds: Sequence[int] = (0, 1, 2), modes: Sequenc
     else:
         for c in _read_jsonl(curves_f):  # --local: the curve runs' own epochs are the timing
             if (c["mode"], c["wire"], "local") not in timed:
-                every, own = exact_every_of(c.get("args", ())), marks_exact_epochs(c.get("args", ()))
+                every, own = _every_of(c), marks_exact_epochs(c.get("args", ()))
                 marked = set(c.get("exact_epochs", ())) if own else None
                 recs = [{"epoch": e, "epoch_time_s": t, **({"exact": e in marked} if own else {})}
                         for e, t in enumerate(c["epoch_time_s"])]

@@ -57,7 +57,7 @@ from gnnpipe._base import GnnpipeError
 from gnnpipe.bench.epoch import repredict
 from gnnpipe.cluster import parse_rate
 from gnnpipe.cli import ArgumentParser, run_cli
-from gnnpipe.config import WIRE_FORMATS
+from gnnpipe.config import DEFAULT_EXACT_EVERY, WIRE_FORMATS
 from gnnpipe.fsutil import protected_reason
 from gnnpipe.cost import (DEFAULT_ACCURACY_BUDGET, PROFILE_DIR_ENV, WIRE_ACCURACY_PRIOR, WIRE_MIN_GAIN, GraphStats,
                           WireAccuracy, wire_accuracy_from_results, prior_for, ModelSpec, chunk_counts, feasible_topologies,
@@ -150,9 +150,10 @@ def _parser() -> argparse.ArgumentParser:
                          "loss over its configurations, paired by seed, the planned model's when it has any")
     ap.add_argument("--exact", action="store_true",
                     help="plan gnnpipe-train --exact (no staleness: one chunk per way; float32 wire only)")
-    ap.add_argument("--exact-every", type=int, default=0, metavar="N",
+    ap.add_argument("--exact-every", type=int, default=None, metavar="N",
                     help="plan gnnpipe-train --exact-every N (N >= 2): a pipeline or hybrid layout's epoch is the "
-                         "mean of N - 1 stale epochs and one exact (0: off)")
+                         "mean of N - 1 stale epochs and one exact; 0: every epoch stale (the paper's schedule) "
+                         f"(default: gnnpipe-train's, {DEFAULT_EXACT_EVERY}; 0 with --exact)")
     ap.add_argument("--chunk-factors", default="1,2,4,8", help="chunks per way = factor x stages (default 1,2,4,8)")
     ap.add_argument("--top", type=int, default=0, help="print only the K best (0: all)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -392,6 +393,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         raise GnnpipeError(f"--top: expected >= 0, got {args.top}")
     if args.seed < 0:  # (checked here, before a graph is sampled, not by the sampler)
         raise GnnpipeError(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.exact_every is None:  # gnnpipe-train's default, so the command runs what was planned
+        args.exact_every = 0 if args.exact else DEFAULT_EXACT_EVERY
     if args.exact_every and (args.exact or args.exact_every < 2):
         raise GnnpipeError(f"--exact-every {args.exact_every}: " + (
             "--exact already makes every epoch exact (keep one of them)" if args.exact

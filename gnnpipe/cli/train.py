@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 
 from gnnpipe._base import GnnpipeError
-from gnnpipe.checkpoint import CheckpointWriteError, find_checkpoint, read_commit
+from gnnpipe.checkpoint import ABSENT_MEANS, CheckpointWriteError, find_checkpoint, read_commit
 from gnnpipe.cli import quiet_known_warnings
 from gnnpipe.comm import apply_threads, detect_launch, exit_process
 from gnnpipe.config import TrainConfig, build_parser, load_toml, parse_config
@@ -53,6 +53,9 @@ def config_for_resume(argv: Sequence[str], cfg: TrainConfig) -> tuple[TrainConfi
     known = {f.name for f in fields(TrainConfig)}
     # --overwrite is never inherited: it deletes, so it must be asked for each time.
     values = {k: v for k, v in saved.items() if k in known and k not in ("resume", "out", "overwrite")}
+    # a field the checkpoint's config predates had the value it means then, not today's default
+    # (a run from before --exact-every had no exact epochs)
+    values.update({k: v for k, v in ABSENT_MEANS.items() if k not in values and k in known})
     ns = build_parser().parse_args(list(argv))
     if ns.config:
         values.update(load_toml(ns.config))

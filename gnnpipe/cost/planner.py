@@ -278,7 +278,8 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
     Returns:
         one shell line; ``--wire X`` when the prediction's wire is not float32,
         ``--shared-input`` when the prediction shares the first layer, ``--local-carry``
-        when it computes the carry on every stage.
+        when it computes the carry on every stage; a stale layout's ``--exact-every N``
+        always (0: every epoch stale).
 
     Raises:
         GnnpipeError: ``exact`` with a lossy wire, or a stale layout (chunks > 1).
@@ -305,6 +306,8 @@ def train_command(pred: Prediction, dataset: str, spec: ModelSpec, device: str =
     shared = " --shared-input" if pred.shared_input else ""
     shared += " --local-carry" if pred.local_carry else ""
     shared += f" --boundary-sample {pred.boundary_sample:g}" if pred.boundary_sample < 1.0 else ""
-    every = f" --exact-every {pred.exact_every}" if pred.exact_every else ""
+    # Written even where it is gnnpipe-train's default or 0, so the command runs the schedule
+    # that was predicted whatever the default.
+    every = f" --exact-every {pred.exact_every}"
     return (f"{base} --mode {t.mode} --ways {t.ways} --stages {t.stages} --chunks {t.chunks}{dtype}{wire}{shared}"
             f"{every}")

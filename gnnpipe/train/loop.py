@@ -263,8 +263,9 @@ class _Evaluations:
             if run.rank0 and self.diverging_evals == 1:
                 cfg = run.cfg
                 hint = ("; a stale run without exact epochs collapses this way on some graphs (Amazon-Photo "
-                        "GCNII-32): --drift-bound 0.7 runs an exact epoch wherever the history drifts, "
-                        "--exact-every 2 every other one (docs/guide.md, 'Convergence techniques')"
+                        "GCNII-32): leave out --exact-every 0 (the default runs every other epoch exact), or "
+                        "--drift-bound 0.7 runs an exact epoch wherever the history drifts (docs/guide.md, "
+                        "'Convergence techniques')"
                         if cfg.mode != "graph" and not (cfg.exact or cfg.exact_every or cfg.drift_bound or cfg.exact_from) else "")
                 log.warning("epoch %d: validation accuracy %.4f is %.4f below its best (%.4f at epoch %d): "
                             "training may be diverging ('diverging' is set in metrics.jsonl)%s",
