@@ -40,6 +40,7 @@ def default_exact_every(mode: str, exact: bool = False, drift_bound: float = 0.0
     graph parallelism) or ``--drift-bound`` chooses the exact epochs."""
     return 0 if mode == "graph" or exact or drift_bound else DEFAULT_EXACT_EVERY
 
+
 #: Built-in models whose first unit aggregates the input features (its halo never travels).
 FEATURE_FIRST_MODELS = ("gcn", "sage", "gat")
 #: Built-in models whose first unit is a linear map of the input features.
@@ -232,7 +233,8 @@ class TrainConfig:
         if self.exact_every and self.mode == "graph":
             raise GnnpipeError(f"--exact-every {self.exact_every}: exact epochs between stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
-                               "--mode graph (drop --exact-every)")
+                               "--mode graph (drop --exact-every; a pipeline run's config.json records the "
+                               "schedule it ran: set exact_every = 0 there to reuse it)")
         if self.exact_from and self.mode == "graph":
             raise GnnpipeError(f"--exact-from {self.exact_from}: exact epochs after stale ones are for the stale "
                                "modes (--mode pipeline or hybrid); graph parallelism is always exact, not "
