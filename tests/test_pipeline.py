@@ -256,7 +256,8 @@ def test_the_drift_bound_decides_which_epochs_are_exact():
     epoch stale, each measuring a drift > 0; epoch 0's loss is the one-process loss."""
     exact = full_graph_run(epochs=1, model="gcnii", layers=4)["losses"]
     low = stale_reference(epochs=6, chunks=4, model="gcnii", layers=4, drift_bound=1e-9)
-    every2 = stale_reference(epochs=6, chunks=4, model="gcnii", layers=4, exact_every=2)
+    # the same gradient scale (each schedule's default differs: 2 under --drift-bound, 1 under --exact-every)
+    every2 = stale_reference(epochs=6, chunks=4, model="gcnii", layers=4, exact_every=2, grad_scale=2.0)
     assert low["exact"] == [True, False] * 3 and low["losses"] == every2["losses"]
     high = stale_reference(epochs=6, chunks=4, model="gcnii", layers=4, drift_bound=1e9)
     assert high["exact"] == [True] + [False] * 5 and all(d > 0 for d in high["drift"][1:])
@@ -332,6 +333,34 @@ def test_stale_runs_have_every_2nd_epoch_exact_by_default(tmp_path):
                       chunks=4, epochs=3, eval_every=3, threads=1, out=tmp_path / "run", progress=False)
     assert [bool(m.get("exact")) for m in res.metrics] == [True, False, True]
     assert json.loads((tmp_path / "run" / "config.json").read_text())["exact_every"] == 2
+
+
+def test_grad_scale_defaults_to_1_with_exact_epochs_and_2_without(tmp_path):
+    """The gradient fix's scale follows the schedule (docs/convergence-notes.md section 19): 1
+    under exact epochs every N, the paper's 2 under every epoch stale; a scale given is kept;
+    what ran reaches the stages (the default's losses are scale 1's, not scale 2's) and
+    config.json records it."""
+    import json
+
+    import gnnpipe
+    from gnnpipe.config import TrainConfig
+
+    assert TrainConfig(mode="pipeline").grad_scale == 1.0
+    assert TrainConfig(mode="hybrid", ways=2, exact_every=3).grad_scale == 1.0
+    assert TrainConfig(mode="pipeline", exact_every=0).grad_scale == 2.0
+    assert TrainConfig(mode="pipeline", drift_bound=0.7).grad_scale == 2.0
+    assert TrainConfig(mode="pipeline", grad_scale=2.0).grad_scale == 2.0
+    assert TrainConfig(mode="pipeline", exact_every=0, grad_scale=1.0).grad_scale == 1.0
+    kw = dict(mode="pipeline", dataset="sbm", synth_nodes=200, synth_features=8, model="gcnii", layers=4, hidden=8,
+              chunks=4, epochs=4, eval_every=4, threads=1, progress=False)
+    losses = {}
+    for name, extra in (("default", {}), ("one", {"grad_scale": 1.0}), ("two", {"grad_scale": 2.0})):
+        res = gnnpipe.fit(**kw, **extra, out=tmp_path / name)
+        losses[name] = [m["loss"] for m in res.metrics]
+    assert losses["default"] == losses["one"]
+    assert losses["default"][:2] == losses["two"][:2]  # epoch 0 exact, epoch 1's forward precedes its backward
+    assert losses["default"][2:] != losses["two"][2:]
+    assert json.loads((tmp_path / "default" / "config.json").read_text())["grad_scale"] == 1.0
 
 
 @pytest.mark.parametrize("ways", [1, 2])

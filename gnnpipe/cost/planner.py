@@ -173,7 +173,9 @@ def rank_configs(stats: GraphStats, spec: ModelSpec, world: int, profile: Hardwa
             ``accuracy_cost``.
         exact_every: plan ``gnnpipe-train --exact-every N`` (N >= 2): a pipelined layout's
             prediction is the mean epoch of its cycle of stale and exact epochs
-            (:func:`gnnpipe.cost.predict.with_exact_epochs`); graph mode is exact anyway.
+            (:func:`gnnpipe.cost.predict.with_exact_epochs`); graph mode is exact anyway. 0 (the
+            default here) plans the paper's every-epoch-stale schedule; ``gnnpipe-plan`` passes
+            ``gnnpipe-train``'s default (:func:`gnnpipe.config.default_exact_every`).
 
     Returns:
         predictions, those that fit memory first, each group by predicted epoch time, a
