@@ -337,9 +337,9 @@ def test_stale_runs_have_every_2nd_epoch_exact_by_default(tmp_path):
 
 def test_grad_scale_defaults_to_1_with_exact_epochs_and_2_without(tmp_path):
     """The gradient fix's scale follows the schedule (docs/convergence-notes.md section 19): 1
-    under exact epochs every N, the paper's 2 under every epoch stale; a scale given is kept;
-    what ran reaches the stages (the default's losses are scale 1's, not scale 2's) and
-    config.json records it."""
+    under exact epochs every N, the paper's 2 under every epoch stale and for ResGCN+ (measured
+    worse at 1); a scale given is kept; what ran reaches the stages (the default's losses are
+    scale 1's, not scale 2's) and config.json records it."""
     import json
 
     import gnnpipe
@@ -351,6 +351,9 @@ def test_grad_scale_defaults_to_1_with_exact_epochs_and_2_without(tmp_path):
     assert TrainConfig(mode="pipeline", drift_bound=0.7).grad_scale == 2.0
     assert TrainConfig(mode="pipeline", grad_scale=2.0).grad_scale == 2.0
     assert TrainConfig(mode="pipeline", exact_every=0, grad_scale=1.0).grad_scale == 1.0
+    assert TrainConfig(mode="pipeline", model="resgcn+").grad_scale == 2.0
+    assert TrainConfig(mode="pipeline", model="resgcn+", grad_scale=1.0).grad_scale == 1.0
+    assert TrainConfig(mode="pipeline", model="sage").grad_scale == 1.0
     kw = dict(mode="pipeline", dataset="sbm", synth_nodes=200, synth_features=8, model="gcnii", layers=4, hidden=8,
               chunks=4, epochs=4, eval_every=4, threads=1, progress=False)
     losses = {}
